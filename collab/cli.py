@@ -1,0 +1,123 @@
+"""The ``tether`` command: ``serve``, ``token`` and ``bench``. Flags override ``TETHER_*``
+variables, which override the defaults in ``collab.config``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from .config import Settings, settings_from_env
+
+_HELP = {
+    "host": "interface to listen on",
+    "port": "TCP port",
+    "data_dir": "directory for the SQLite database",
+    "auth": "'jwt' (verify HS256 tokens) or 'none' (no auth: local use only)",
+    "jwt_secret": "HS256 secret for --auth jwt (at least 16 characters)",
+    "log_level": "debug, info, warning or error",
+    "max_frame_bytes": "largest accepted WebSocket message",
+    "max_documents_per_connection": "documents one /ws connection may open",
+    "max_queued_before_auth": "messages queued per document before its token is verified",
+    "auth_timeout": "seconds a document may wait for its token before the connection closes",
+    "idle_timeout": "seconds of silence after which a peer is closed",
+    "ping_interval": "seconds between app-level pings",
+    "send_queue_frames": "frames queued per connection before it counts as a slow reader",
+    "unload_grace": "seconds a document stays loaded after its last editor leaves",
+    "compact_threshold": "log entries after which a document's log is folded into a snapshot",
+}
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    for f in fields(Settings):
+        flag = "--" + f.name.replace("_", "-")
+        kind = {int: int, float: float}.get(type(getattr(Settings(), f.name)), str)
+        env = "TETHER_" + f.name.upper()
+        parser.add_argument(flag, dest=f.name, type=kind, help=f"{_HELP.get(f.name, '')} [{env}]")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tether", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the sync server")
+    _add_settings_flags(serve)
+
+    token = commands.add_parser("token", help="mint a JWT for the configured secret")
+    token.add_argument("--jwt-secret", dest="jwt_secret")
+    token.add_argument("--docs", default="*", help="comma-separated glob patterns")
+    token.add_argument("--scope", default="read-write", choices=["read-write", "readonly"])
+    token.add_argument("--ttl", type=float, default=3600.0, help="seconds until it expires")
+    token.add_argument("--sub", default="user")
+    token.add_argument("--name", default=None)
+
+    bench = commands.add_parser("bench", help="benchmarks (not tests)")
+    bench_kinds = bench.add_subparsers(dest="bench", required=True)
+    from .bench import add_sync_arguments
+
+    add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
+
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    if args.command == "token":
+        return _token(args)
+    from .bench import run_sync_bench
+
+    return run_sync_bench(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = settings_from_env().with_overrides(**vars(args))
+    try:
+        settings.validate()
+    except ValueError as exc:
+        print(f"tether: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    import uvicorn
+
+    from .server import create_app
+
+    config = uvicorn.Config(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        lifespan="on",
+        # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
+        ws_max_size=settings.max_frame_bytes * 2,
+        ws_ping_interval=settings.ping_interval,
+        ws_ping_timeout=max(settings.idle_timeout - settings.ping_interval, 1.0),
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    logging.getLogger("tether").info(
+        "tether serving on http://%s:%d (data in %s)",
+        settings.host,
+        settings.port,
+        Path(settings.data_dir).resolve(),
+    )
+    server.run()
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from .auth import make_token
+
+    secret = args.jwt_secret or settings_from_env().jwt_secret
+    if not secret:
+        print("tether: give --jwt-secret or set TETHER_JWT_SECRET", file=sys.stderr)
+        return 2
+    docs = [p for p in args.docs.split(",") if p]
+    print(make_token(secret, docs, scope=args.scope, ttl=args.ttl, subject=args.sub, name=args.name))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""Server settings: one frozen dataclass, filled from defaults, ``TETHER_*`` variables and flags.
+
+Knows nothing of Starlette or sockets; the CLI turns flags into a ``Settings`` and the app
+reads it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+ENV_PREFIX = "TETHER_"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    data_dir: Path = field(default_factory=lambda: Path("./data"))
+    # "jwt" verifies HS256 tokens with jwt_secret; "none" lets anyone edit anything (local use).
+    auth: str = "jwt"
+    jwt_secret: str = ""
+    log_level: str = "info"
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_documents_per_connection: int = 64
+    max_queued_before_auth: int = 256
+    auth_timeout: float = 10.0
+    idle_timeout: float = 45.0
+    ping_interval: float = 15.0
+    send_queue_frames: int = 2048
+    unload_grace: float = 5.0
+    compact_threshold: int = 500
+
+    def with_overrides(self, **values: Any) -> Settings:
+        known = {f.name for f in fields(self)}
+        clean = {k: v for k, v in values.items() if k in known and v is not None}
+        return _replace(self, clean)
+
+    def validate(self) -> None:
+        if self.auth not in ("jwt", "none"):
+            raise ValueError(f"auth must be 'jwt' or 'none', not {self.auth!r}")
+        if self.auth == "jwt" and len(self.jwt_secret) < 16:
+            raise ValueError(
+                "auth 'jwt' needs --jwt-secret (or TETHER_JWT_SECRET) of at least 16 characters;"
+                " use --auth none for local use without tokens"
+            )
+        if self.idle_timeout <= self.ping_interval:
+            raise ValueError("idle_timeout must exceed ping_interval")
+
+
+def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
+    """Defaults overridden by every ``TETHER_<FIELD>`` variable that is set."""
+    env = os.environ if environ is None else environ
+    base = Settings()
+    values: dict[str, Any] = {}
+    for f in fields(base):
+        raw = env.get(ENV_PREFIX + f.name.upper())
+        if raw is not None and raw != "":
+            values[f.name] = _coerce(getattr(base, f.name), raw)
+    return _replace(base, values)
+
+
+def _coerce(default: object, raw: str) -> object:
+    if isinstance(default, bool):
+        return raw.lower() in ("1", "true", "yes", "on")
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    if isinstance(default, Path):
+        return Path(raw)
+    return raw
+
+
+def _replace(settings: Settings, values: dict[str, Any]) -> Settings:
+    current = {f.name: getattr(settings, f.name) for f in fields(settings)}
+    current.update(values)
+    if not isinstance(current["data_dir"], Path):
+        current["data_dir"] = Path(current["data_dir"])
+    return Settings(**current)

@@ -1,0 +1,58 @@
+"""Extension points around documents, in the Hocuspocus manner; knows nothing of transports.
+
+An extension is an object with any of these optional methods. They run in registration order;
+``on_change`` runs inside the sync path and must stay O(1) (queue work, don't do it).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from .peer import Peer
+    from .room import Room
+
+log = logging.getLogger(__name__)
+
+
+class Extension(Protocol):
+    """Any subset of: on_load(room), on_change(room, update, origin), on_stateless(room, peer,
+    payload), on_detach(room, peer), on_unload(room)."""
+
+
+class Hooks:
+    def __init__(self, extensions: list[Any] | None = None) -> None:
+        self.extensions: list[Any] = list(extensions or [])
+
+    def add(self, extension: Any) -> None:
+        self.extensions.append(extension)
+
+    async def on_load(self, room: Room) -> None:
+        for ext in self._having("on_load"):
+            await ext.on_load(room)
+
+    async def on_unload(self, room: Room) -> None:
+        for ext in self._having("on_unload"):
+            await ext.on_unload(room)
+
+    def on_change(self, room: Room, update: bytes, origin: object) -> None:
+        for ext in self._having("on_change"):
+            try:
+                ext.on_change(room, update, origin)
+            except Exception:  # an extension's bug must not break the sync path
+                log.exception("on_change hook failed in %s", type(ext).__name__)
+
+    async def on_stateless(self, room: Room, peer: Peer, payload: str) -> None:
+        for ext in self._having("on_stateless"):
+            await ext.on_stateless(room, peer, payload)
+
+    def on_detach(self, room: Room, peer: Peer) -> None:
+        for ext in self._having("on_detach"):
+            try:
+                ext.on_detach(room, peer)
+            except Exception:
+                log.exception("on_detach hook failed in %s", type(ext).__name__)
+
+    def _having(self, name: str) -> list[Any]:
+        return [ext for ext in self.extensions if hasattr(ext, name)]

@@ -1,0 +1,238 @@
+"""One ``/ws`` connection: the sans-IO ``ServerSession`` wrapped in a receive loop.
+
+Knows nothing of Starlette (it talks to a ``Transport``). Receive path: feed the session, act on
+its events, put replies on the bounded outbox. A monitor task sends app-level pings, closes idle
+peers and channels whose auth never resolved, and closes the connection when its outbox overflows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+from protocol.errors import ProtocolError
+from protocol.messages import (
+    PING_FRAME,
+    Awareness,
+    QueryAwareness,
+    Stateless,
+    Sync,
+)
+from protocol.session import (
+    AuthRequested,
+    ChannelClosed,
+    ChannelOpened,
+    Incoming,
+    Reply,
+    ServerSession,
+    SessionEvent,
+    SessionLimits,
+)
+
+from .auth import AuthError, Grant
+from .close_codes import AUTH_TIMEOUT, GOING_AWAY, IDLE_TIMEOUT, close_for
+from .context import ServerContext, Transport, valid_document_name
+from .outbox import Outbox, SlowConsumer
+from .peer import Peer
+from .room import InvalidUpdate, Room
+
+log = logging.getLogger(__name__)
+
+_GRANT_CACHE_SIZE = 4
+
+
+class _Closing(Exception):
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class MuxConnection:
+    def __init__(self, transport: Transport, ctx: ServerContext) -> None:
+        s = ctx.settings
+        self._transport = transport
+        self._ctx = ctx
+        self._session = ServerSession(
+            SessionLimits(
+                max_frame_bytes=s.max_frame_bytes,
+                max_documents=s.max_documents_per_connection,
+                max_queued_messages=s.max_queued_before_auth,
+            )
+        )
+        self._outbox = Outbox(transport.send, s.send_queue_frames)
+        self._attached: dict[str, tuple[Room, Peer]] = {}
+        self._grants: dict[str, Grant] = {}
+        self._grant_of_channel: dict[str, Grant] = {}
+        self._connected_at = time.monotonic()
+        self._last_seen = self._connected_at
+        self._close: _Closing | None = None
+        self._ever_used = False
+
+    async def run(self) -> None:
+        metrics = self._ctx.metrics
+        metrics.connections.labels("ws").inc()
+        writer = asyncio.ensure_future(self._outbox.drain_forever())
+        monitor = asyncio.ensure_future(self._monitor())
+        try:
+            await self._receive_loop()
+        except (ProtocolError, InvalidUpdate) as exc:
+            self._close = _Closing(*close_for(exc))
+        except _Closing as exc:
+            self._close = exc
+        except Exception as exc:
+            log.exception("connection failed")
+            self._close = _Closing(*close_for(exc))
+        finally:
+            monitor.cancel()
+            self._detach_all()
+            metrics.connections.labels("ws").dec()
+            if self._close is not None:
+                metrics.closes.labels(self._close.reason.split(":")[0]).inc()
+                with contextlib.suppress(Exception):
+                    await self._outbox.flush(timeout=1.0)
+                self._outbox.close()
+                with contextlib.suppress(Exception):
+                    await self._transport.close(self._close.code, self._close.reason)
+            self._outbox.close()
+            writer.cancel()
+            with contextlib.suppress(BaseException):
+                await writer
+
+    def shutdown(self) -> None:
+        """Server stopping: end this connection politely."""
+        self._close = _Closing(GOING_AWAY, "server shutting down")
+
+    async def _receive_loop(self) -> None:
+        receive = self._transport.receive
+        session = self._session
+        while True:
+            data = await receive()
+            if data is None:
+                return
+            now = time.monotonic()
+            self._last_seen = now
+            for event in session.receive(data, now):
+                await self._handle(event)
+            if self._close is not None:
+                raise self._close
+
+    async def _handle(self, event: SessionEvent) -> None:
+        if isinstance(event, Incoming):
+            self._dispatch(event)
+            if isinstance(event.message, Stateless):
+                room, peer = self._attached[event.channel]
+                await self._ctx.hooks.on_stateless(room, peer, event.message.payload)
+        elif isinstance(event, Reply):
+            self._outbox.put(event.frame)
+        elif isinstance(event, AuthRequested):
+            for follow_up in self._authenticate(event):
+                await self._handle(follow_up)
+        elif isinstance(event, ChannelOpened):
+            await self._open(event)
+        elif isinstance(event, ChannelClosed):
+            self._detach(event.channel)
+
+    def _dispatch(self, event: Incoming) -> None:
+        attached = self._attached.get(event.channel)
+        if attached is None:
+            return
+        room, peer = attached
+        message = event.message
+        if isinstance(message, Sync):
+            room.handle_sync(peer, message.message)
+        elif isinstance(message, Awareness):
+            room.handle_awareness(peer, message.update)
+        elif isinstance(message, QueryAwareness):
+            peer.send(peer.awareness_header + room.awareness_snapshot())
+
+    def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
+        auth = self._ctx.authenticator
+        if not valid_document_name(event.document):
+            return self._session.deny(event.channel, "invalid document name")
+        try:
+            grant = self._grants.get(event.token)
+            if grant is None:
+                grant = auth.verify(event.token)
+                if len(self._grants) >= _GRANT_CACHE_SIZE:
+                    self._grants.clear()
+                self._grants[event.token] = grant
+            auth.check(grant, event.document)
+        except AuthError as exc:
+            self._ctx.metrics.auth_failures.labels(str(exc)).inc()
+            return self._session.deny(event.channel, str(exc))
+        self._grant_of_channel[event.channel] = grant
+        attached = self._attached.get(event.channel)
+        if attached is not None:
+            attached[1].scope = grant.scope  # re-authentication may change the scope
+        return self._session.grant(event.channel, grant.scope)
+
+    async def _open(self, event: ChannelOpened) -> None:
+        room = await self._ctx.rooms.acquire(event.document)
+        grant = self._grant_of_channel[event.channel]
+        peer = Peer(self._outbox, grant, event.scope, event.channel)
+        room.attach(peer)
+        self._attached[event.channel] = (room, peer)
+
+    def _detach(self, channel: str) -> None:
+        attached = self._attached.pop(channel, None)
+        self._grant_of_channel.pop(channel, None)
+        if attached is not None:
+            room, peer = attached
+            room.detach(peer)
+
+    def _detach_all(self) -> None:
+        for channel in list(self._attached):
+            self._detach(channel)
+
+    async def _monitor(self) -> None:
+        s = self._ctx.settings
+        tick = max(0.05, min(s.ping_interval, s.auth_timeout, s.idle_timeout) / 4)
+        last_ping = time.monotonic()
+        overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
+        try:
+            while True:
+                done, _ = await asyncio.wait({overflow}, timeout=tick)
+                if done:
+                    await self._abort(*close_for(SlowConsumer()))
+                    return
+                now = time.monotonic()
+                if now - last_ping >= s.ping_interval:
+                    self._outbox.put(PING_FRAME)
+                    last_ping = now
+                if now - self._last_seen > s.idle_timeout:
+                    await self._abort(IDLE_TIMEOUT, "idle timeout: no message from the peer")
+                    return
+                if self._auth_overdue(now):
+                    await self._abort(AUTH_TIMEOUT, "authentication timeout")
+                    return
+                self._expire_grants()
+        finally:
+            overflow.cancel()
+
+    def _auth_overdue(self, now: float) -> bool:
+        timeout = self._ctx.settings.auth_timeout
+        if self._session.overdue_channels(now, timeout):
+            return True
+        # A socket that never asks for any document is not left open forever either.
+        if self._session.channel_count:
+            self._ever_used = True
+        return not self._ever_used and now - self._connected_at > timeout
+
+    def _expire_grants(self) -> None:
+        now = time.time()
+        for channel, grant in list(self._grant_of_channel.items()):
+            if grant.expired(now):
+                for event in self._session.revoke(channel, "token expired"):
+                    if isinstance(event, Reply):
+                        self._outbox.put(event.frame)
+                self._detach(channel)
+
+    async def _abort(self, code: int, reason: str) -> None:
+        """Close from the monitor: the receive loop is parked in receive(), so close the socket."""
+        self._close = _Closing(code, reason)
+        self._outbox.close()
+        with contextlib.suppress(Exception):
+            await self._transport.close(code, reason)

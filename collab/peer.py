@@ -1,0 +1,64 @@
+"""One attachment of a socket to a document: how to address frames to it, and its rights.
+
+A ``/ws`` connection has one peer per open channel; a ``/yjs/{doc}`` socket is one peer. Knows
+nothing of rooms; the room hands it encoded bodies and it adds its own header.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from protocol.lib0 import write_var_string, write_var_uint
+from protocol.messages import AWARENESS, STATELESS, SYNC, SyncStatus
+
+from .auth import Grant
+from .outbox import Outbox
+
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False, slots=True)
+class Peer:
+    outbox: Outbox
+    grant: Grant
+    scope: str
+    # The multiplexed channel name; None on the plain y-websocket endpoint (no name in frames).
+    channel: str | None
+    peer_id: int = field(default_factory=lambda: next(_ids))
+    awareness_ids: set[int] = field(default_factory=set)
+    sync_header: bytes = b""
+    awareness_header: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.channel is None:
+            self.sync_header = write_var_uint(SYNC)
+            self.awareness_header = write_var_uint(AWARENESS)
+        else:
+            name = write_var_string(self.channel)
+            self.sync_header = name + write_var_uint(SYNC)
+            self.awareness_header = name + write_var_uint(AWARENESS)
+
+    @property
+    def writable(self) -> bool:
+        return self.scope == "read-write"
+
+    @property
+    def multiplexed(self) -> bool:
+        return self.channel is not None
+
+    def send(self, frame: bytes) -> None:
+        self.outbox.put(frame)
+
+    def send_sync_status(self, applied: bool) -> None:
+        # The plain y-websocket protocol has no acknowledgements.
+        if self.channel is not None:
+            self.outbox.put(SyncStatus(self.channel, applied).encode())
+
+    def send_stateless(self, payload: str) -> None:
+        if self.channel is not None:
+            self.outbox.put(
+                write_var_string(self.channel)
+                + write_var_uint(STATELESS)
+                + write_var_string(payload)
+            )

@@ -1,0 +1,140 @@
+"""Opens documents on first use and unloads them after the last editor leaves and a grace period.
+
+Knows nothing of sockets. No lock is held across a room's lifetime: concurrent openers of one
+new document share one loading future, so two editors opening it at once both get the same room
+(pycrdt-websocket deadlocks here). A room is persisted (flushed and compacted) before it is
+forgotten, and an opener that arrives while it unloads waits and gets a fresh load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from pycrdt import Doc
+
+from .hooks import Hooks
+from .metrics import Metrics
+from .room import InvalidUpdate, Room, apply_update
+from .storage import Store
+
+log = logging.getLogger(__name__)
+
+STORAGE_ORIGIN = "storage"
+
+
+class RoomManager:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        hooks: Hooks,
+        metrics: Metrics,
+        unload_grace: float,
+        compact_threshold: int,
+    ) -> None:
+        self._store = store
+        self._hooks = hooks
+        self._metrics = metrics
+        self._unload_grace = unload_grace
+        self._compact_threshold = compact_threshold
+        self._rooms: dict[str, Room] = {}
+        self._loading: dict[str, asyncio.Future[Room]] = {}
+        self._unloading: dict[str, asyncio.Task[None]] = {}
+        self._unload_timers: dict[str, asyncio.TimerHandle] = {}
+
+    @property
+    def rooms(self) -> dict[str, Room]:
+        return self._rooms
+
+    async def acquire(self, name: str) -> Room:
+        """The loaded room for ``name``; the caller must attach a peer before awaiting again."""
+        while True:
+            unloading = self._unloading.get(name)
+            if unloading is not None:
+                await asyncio.shield(unloading)
+                continue
+            room = self._rooms.get(name)
+            if room is not None and not room.closing:
+                self._cancel_unload_timer(name)
+                return room
+            future = self._loading.get(name)
+            if future is None:
+                future = asyncio.ensure_future(self._load(name))
+                self._loading[name] = future
+                future.add_done_callback(lambda _f, n=name: self._loading.pop(n, None))
+            room = await asyncio.shield(future)
+            if not room.closing:
+                self._cancel_unload_timer(name)
+                return room
+
+    async def _load(self, name: str) -> Room:
+        updates = await self._store.load(name)
+        doc = Doc()
+        for update in updates:
+            try:
+                apply_update(doc, update, origin=STORAGE_ORIGIN)
+            except InvalidUpdate:
+                log.error("skipping an unreadable stored update of %r", name)
+        room = Room(
+            name,
+            doc,
+            self._store,
+            hooks=self._hooks,
+            metrics=self._metrics,
+            compact_threshold=self._compact_threshold,
+            log_entries=max(len(updates) - 1, 0),
+        )
+        room.on_empty = self._schedule_unload
+        self._rooms[name] = room
+        self._metrics.rooms.set(len(self._rooms))
+        await self._hooks.on_load(room)
+        # Nobody may attach: unload it after the grace period like any emptied room.
+        self._schedule_unload(room)
+        return room
+
+    def _schedule_unload(self, room: Room) -> None:
+        self._cancel_unload_timer(room.name)
+        loop = asyncio.get_running_loop()
+        self._unload_timers[room.name] = loop.call_later(
+            self._unload_grace, self._start_unload, room
+        )
+
+    def _cancel_unload_timer(self, name: str) -> None:
+        timer = self._unload_timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+
+    def _start_unload(self, room: Room) -> None:
+        self._unload_timers.pop(room.name, None)
+        if room.peers or room.closing or self._rooms.get(room.name) is not room:
+            return
+        room.closing = True
+        task = asyncio.ensure_future(self._unload(room))
+        self._unloading[room.name] = task
+        task.add_done_callback(lambda _t, n=room.name: self._unloading.pop(n, None))
+
+    async def _unload(self, room: Room) -> None:
+        try:
+            await room.flush()
+            if room.log_entries:
+                await room.compact()
+            await self._hooks.on_unload(room)
+        except Exception:
+            log.exception("unloading %r failed; its update log is kept", room.name)
+        finally:
+            if self._rooms.get(room.name) is room:
+                del self._rooms[room.name]
+            self._metrics.rooms.set(len(self._rooms))
+
+    async def close(self) -> None:
+        """Persist every room (server shutdown)."""
+        for timer in self._unload_timers.values():
+            timer.cancel()
+        self._unload_timers.clear()
+        for room in list(self._rooms.values()):
+            await room.flush()
+            if room.log_entries:
+                await room.compact()
+        if self._unloading:
+            await asyncio.gather(*self._unloading.values(), return_exceptions=True)

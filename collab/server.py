@@ -1,0 +1,181 @@
+"""The Starlette app: the only module that knows Starlette. Each endpoint is short and hands
+the work to plain objects (connections, rooms, the store).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable
+from typing import Any
+
+from prometheus_client import ProcessCollector
+from pycrdt import Text
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
+
+from protocol.errors import DecodeError
+
+from .auth import Authenticator, AuthError, Grant
+from .close_codes import UNAUTHORIZED
+from .config import Settings
+from .context import ServerContext
+from .hooks import Hooks
+from .metrics import Metrics
+from .mux_connection import MuxConnection
+from .rooms import RoomManager
+from .sqlite_store import SQLiteStore
+from .storage import Store
+from .yws_connection import YwsConnection
+from .yws_connection import authorize as authorize_yws
+
+log = logging.getLogger("tether")
+
+TEXT_NAME = "content"  # the shared Y.Text every tether editor binds to
+
+
+class _WebSocketTransport:
+    """Adapts a Starlette WebSocket to the ``Transport`` the connection loops speak."""
+
+    __slots__ = ("_ws",)
+
+    def __init__(self, ws: WebSocket) -> None:
+        self._ws = ws
+
+    async def receive(self) -> bytes | None:
+        message = await self._ws.receive()
+        if message["type"] == "websocket.disconnect":
+            return None
+        data = message.get("bytes")
+        if data is None:
+            raise DecodeError("text frames are not part of the protocol")
+        return data
+
+    def send(self, data: bytes) -> Awaitable[None]:
+        return self._ws.send_bytes(data)
+
+    async def close(self, code: int, reason: str) -> None:
+        await self._ws.close(code, reason)
+
+
+def create_app(
+    settings: Settings, *, store: Store | None = None, extensions: list[Any] | None = None
+) -> Starlette:
+    settings.validate()
+    hooks = Hooks(extensions)
+    metrics = Metrics()
+    ProcessCollector(registry=metrics.registry)
+    authenticator = Authenticator(settings.auth, settings.jwt_secret)
+    holder: dict[str, ServerContext] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if settings.auth == "none":
+            log.warning(
+                "AUTH IS OFF (--auth none): anyone who reaches this port "
+                "can read and edit every document"
+            )
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        backend = store or SQLiteStore(settings.data_dir / "tether.db")
+        async with backend:
+            rooms = RoomManager(
+                backend,
+                hooks=hooks,
+                metrics=metrics,
+                unload_grace=settings.unload_grace,
+                compact_threshold=settings.compact_threshold,
+            )
+            holder["ctx"] = ServerContext(settings, authenticator, rooms, hooks, metrics, backend)
+            app.state.ctx = holder["ctx"]
+            try:
+                yield
+            finally:
+                await rooms.close()
+
+    async def ws_endpoint(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await MuxConnection(_WebSocketTransport(websocket), holder["ctx"]).run()
+
+    async def yjs_endpoint(websocket: WebSocket) -> None:
+        ctx = holder["ctx"]
+        name = websocket.path_params["name"]
+        try:
+            grant = authorize_yws(ctx, name, websocket.query_params.get("token", ""))
+        except AuthError as exc:
+            ctx.metrics.auth_failures.labels(str(exc)).inc()
+            await websocket.close(code=UNAUTHORIZED, reason=str(exc))  # before accept: HTTP 403
+            return
+        await websocket.accept()
+        await YwsConnection(_WebSocketTransport(websocket), ctx, name, grant).run()
+
+    async def health(request: Request) -> Response:
+        ctx = holder["ctx"]
+        return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms)})
+
+    async def metrics_endpoint(request: Request) -> Response:
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+
+    async def list_documents(request: Request) -> Response:
+        grant = _bearer_grant(request, authenticator)
+        if grant is None:
+            return _unauthorized()
+        ctx = holder["ctx"]
+        infos = await ctx.store.list_documents()
+        listed = [
+            {
+                "name": info.name,
+                "created_at": info.created_at,
+                "updated_at": info.updated_at,
+                "stored_bytes": info.stored_bytes,
+                "loaded": info.name in ctx.rooms.rooms,
+            }
+            for info in infos
+            if grant.allows(info.name)
+        ]
+        return JSONResponse({"documents": listed})
+
+    async def get_document(request: Request) -> Response:
+        grant = _bearer_grant(request, authenticator)
+        name = request.path_params["name"]
+        if grant is None:
+            return _unauthorized()
+        if not grant.allows(name):
+            return JSONResponse({"error": "document not allowed by token"}, status_code=403)
+        ctx = holder["ctx"]
+        room = await ctx.rooms.acquire(name)
+        text = str(room.doc.get(TEXT_NAME, type=Text))
+        return JSONResponse({"name": name, "text": text, "peers": len(room.peers)})
+
+    async def index(request: Request) -> Response:
+        return HTMLResponse(
+            "<!doctype html><title>tether</title><h1>tether</h1>"
+            "<p>Sync server running. WebSocket endpoints: <code>/ws</code> (Hocuspocus) and "
+            "<code>/yjs/{document}</code> (y-websocket).</p>"
+        )
+
+    routes = [
+        Route("/", index),
+        Route("/health", health),
+        Route("/metrics", metrics_endpoint),
+        Route("/api/documents", list_documents),
+        Route("/api/documents/{name:path}", get_document),
+        WebSocketRoute("/ws", ws_endpoint),
+        WebSocketRoute("/yjs/{name:path}", yjs_endpoint),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)
+
+
+def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:
+    header = request.headers.get("authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else ""
+    try:
+        return authenticator.verify(token)
+    except AuthError:
+        return None
+
+
+def _unauthorized() -> Response:
+    return JSONResponse({"error": "missing, invalid or expired token"}, status_code=401)

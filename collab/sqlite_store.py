@@ -1,0 +1,382 @@
+"""SQLite storage (WAL, one writer thread, group commit); knows no Yjs, sockets or servers.
+
+The only asyncio it touches is the futures it resolves. Writes go through one queue to one
+writer thread, which runs everything queued in ONE transaction, commits (fsync with
+synchronous=FULL), and only then resolves the writes' futures: so an awaited append is durable,
+and writes arriving during a commit share the next one's fsync. Reads run in worker threads on
+a separate read connection; WAL lets them proceed while the writer commits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NoReturn, Self, TypeVar
+
+from collab.storage import DocumentInfo, Lifecycle, StorageError, Store
+
+T = TypeVar("T")
+
+SCHEMA_VERSION = 1
+_SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+_BUSY_TIMEOUT_S = 5.0
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS documents (
+        name TEXT PRIMARY KEY,
+        snapshot BLOB,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS updates (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS updates_by_name ON updates (name)",
+)
+
+_TOUCH = """INSERT INTO documents (name, snapshot, created_at, updated_at)
+    VALUES (?, NULL, ?, ?)
+    ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at"""
+_SET_SNAPSHOT = """INSERT INTO documents (name, snapshot, created_at, updated_at)
+    VALUES (?, ?, ?, ?)
+    ON CONFLICT (name) DO UPDATE SET
+        snapshot = excluded.snapshot, updated_at = excluded.updated_at"""
+_INFO = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
+        COALESCE(LENGTH(d.snapshot), 0) + COALESCE(SUM(LENGTH(u.data)), 0)
+    FROM documents AS d LEFT JOIN updates AS u ON u.name = d.name
+    {where} GROUP BY d.name ORDER BY d.name"""
+
+OpKind = Literal["append", "compact", "delete"]
+
+
+@dataclass(eq=False, slots=True)
+class _Op:
+    kind: OpKind
+    name: str
+    data: bytes
+    future: asyncio.Future[Any]
+
+
+class SQLiteStore(Store):
+    """A durable Store in one SQLite file; ``commits`` counts the write transactions so far."""
+
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "FULL", max_batch: int = 1000
+    ) -> None:
+        if synchronous.upper() not in _SYNC_MODES:
+            raise ValueError(f"synchronous must be one of {sorted(_SYNC_MODES)}")
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.path = Path(path)
+        self.commits = 0
+        self._synchronous = synchronous.upper()
+        self._max_batch = max_batch
+        self._state: Lifecycle = "new"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        # Daemon: a store left unclosed must not hang interpreter exit, and dying mid-commit is
+        # safe because nothing was acknowledged for an uncommitted transaction.
+        self._thread = threading.Thread(target=self._writer_main, name="tether-sqlite", daemon=True)
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+
+    # -- lifecycle (event-loop side) ---------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise StorageError("a store can be opened only once")
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(self._ready)
+            self._reader = await asyncio.to_thread(_open_reader, self.path)
+        except BaseException as exc:
+            self._queue.put(None)  # the writer (if it started) exits on its own
+            if isinstance(exc, sqlite3.Error | OSError):
+                raise StorageError(f"cannot open {self.path}: {exc}") from exc
+            raise
+        self._state = "open"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._state != "open":
+            return
+        self._state = "closed"  # refuse new writes first, so the stop marker is the last item
+        self._queue.put(None)
+        await asyncio.wrap_future(self._stopped)
+        await asyncio.to_thread(self._close_reader)
+
+    def _close_reader(self) -> None:
+        with self._read_lock:  # waits for an in-flight read
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    # -- writes (event-loop side) ------------------------------------------------------------
+
+    def append(self, name: str, update: bytes) -> Coroutine[Any, Any, int]:
+        return self._enqueue("append", name, bytes(update))
+
+    def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
+        return self._enqueue("compact", name, bytes(snapshot))
+
+    def delete(self, name: str) -> Coroutine[Any, Any, None]:
+        return self._enqueue("delete", name, b"")
+
+    def _enqueue(self, kind: OpKind, name: str, data: bytes) -> Coroutine[Any, Any, Any]:
+        if self._state != "open" or self._loop is None:
+            return _failed(StorageError(f"cannot {kind} {name!r}: the store is {self._state}"))
+        if self._stopped.done():
+            return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
+        future = self._loop.create_future()
+        self._queue.put(_Op(kind, name, data, future))
+        return _wait(future)
+
+    # -- reads (worker threads, one read connection) -----------------------------------------
+
+    async def load(self, name: str) -> list[bytes]:
+        return await self._read(_load, name)
+
+    async def list_documents(self) -> list[DocumentInfo]:
+        return await self._read(_list_documents)
+
+    async def info(self, name: str) -> DocumentInfo | None:
+        return await self._read(_info, name)
+
+    async def _read(self, query: Callable[..., T], *args: Any) -> T:
+        if self._state != "open":
+            raise StorageError(f"cannot read: the store is {self._state}")
+        return await asyncio.to_thread(self._read_locked, query, *args)
+
+    def _read_locked(self, query: Callable[..., T], *args: Any) -> T:
+        with self._read_lock:  # one thread at a time on the read connection
+            if self._reader is None:
+                raise StorageError("cannot read: the store is closed")
+            try:
+                return query(self._reader, *args)
+            except sqlite3.Error as exc:
+                raise StorageError(f"read failed: {exc}") from exc
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _writer_main(self) -> None:
+        try:
+            conn = _open_writer(self.path, self._synchronous)
+        except BaseException as exc:
+            self._ready.set_exception(exc)
+            self._stopped.set_result(None)
+            return
+        self._ready.set_result(None)
+        try:
+            self._serve(_Writer(conn))
+        finally:
+            conn.close()
+            self._stopped.set_result(None)
+
+    def _serve(self, writer: _Writer) -> None:
+        stop = False
+        while not stop:
+            ops, stop = self._take()
+            if ops:
+                self._commit(writer, ops)
+
+    def _take(self) -> tuple[list[_Op], bool]:
+        """Block for one op, then take whatever else is queued, up to max_batch."""
+        ops: list[_Op] = []
+        item = self._queue.get()
+        while item is not None:
+            ops.append(item)
+            if len(ops) >= self._max_batch:
+                return ops, False
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return ops, False
+        return ops, True
+
+    def _commit(self, writer: _Writer, ops: list[_Op]) -> None:
+        outcomes: list[object]
+        try:
+            outcomes = list(writer.run_batch(ops))
+            self.commits += 1
+        except Exception as exc:  # the writer must outlive a failed transaction
+            outcomes = [_storage_error(op, exc) for op in ops]
+        loop = self._loop
+        assert loop is not None  # set before the thread starts
+        try:
+            loop.call_soon_threadsafe(_settle, [op.future for op in ops], outcomes)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is left waiting for these results
+
+
+class _Writer:
+    """Lives on the writer thread: owns the write connection and a cache of log lengths."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        # Counting the log on every append would cost O(log length); the writer is the only
+        # writer, so a cache stays exact as long as it is dropped when a transaction rolls back.
+        self._log_lengths: dict[str, int] = {}
+
+    def run_batch(self, ops: list[_Op]) -> list[int | None]:
+        now = time.time()
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            results = [self._run(op, now) for op in ops]
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._log_lengths.clear()
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        return results
+
+    def _run(self, op: _Op, now: float) -> int | None:
+        if op.kind == "append":
+            return self._append(op.name, op.data, now)
+        if op.kind == "compact":
+            self._compact(op.name, op.data, now)
+        else:
+            self._delete(op.name)
+        return None
+
+    def _append(self, name: str, data: bytes, now: float) -> int:
+        length = self._log_length(name) + 1
+        self._conn.execute(_TOUCH, (name, now, now))
+        self._conn.execute("INSERT INTO updates (name, data) VALUES (?, ?)", (name, data))
+        self._log_lengths[name] = length
+        return length
+
+    def _compact(self, name: str, snapshot: bytes, now: float) -> None:
+        # Ops run in call order, so every log row present now was appended before compact().
+        self._conn.execute(_SET_SNAPSHOT, (name, snapshot, now, now))
+        self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
+        self._log_lengths[name] = 0
+
+    def _delete(self, name: str) -> None:
+        self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
+        self._conn.execute("DELETE FROM documents WHERE name = ?", (name,))
+        self._log_lengths.pop(name, None)
+
+    def _log_length(self, name: str) -> int:
+        cached = self._log_lengths.get(name)
+        if cached is not None:
+            return cached
+        sql = "SELECT COUNT(*) FROM updates WHERE name = ?"
+        return int(self._conn.execute(sql, (name,)).fetchone()[0])
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+async def _wait(future: asyncio.Future[T]) -> T:
+    return await future
+
+
+async def _failed(exc: BaseException) -> NoReturn:
+    raise exc
+
+
+def _settle(futures: list[asyncio.Future[Any]], outcomes: list[object]) -> None:
+    for future, outcome in zip(futures, outcomes, strict=True):
+        if future.done():
+            continue  # its awaiter was cancelled; the write itself still happened
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def _storage_error(op: _Op, exc: Exception) -> StorageError:
+    # One instance per future: a shared exception would collect every awaiter's traceback.
+    error = StorageError(f"{op.kind} {op.name!r} failed: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per batch.
+    return sqlite3.connect(
+        path,
+        timeout=_BUSY_TIMEOUT_S,
+        isolation_level=None,
+        check_same_thread=check_same_thread,
+    )
+
+
+def _open_writer(path: Path, synchronous: str) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = _connect(path)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StorageError(f"{path}: WAL mode unavailable (journal_mode={mode})")
+        conn.execute(f"PRAGMA synchronous={synchronous}")  # validated against _SYNC_MODES
+        _migrate(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    conn.execute("BEGIN IMMEDIATE")  # another process may be migrating the same file
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StorageError(f"{path}: schema version {version} is newer than {SCHEMA_VERSION}")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _open_reader(path: Path) -> sqlite3.Connection:
+    # Used from whichever worker thread runs a read, never two at once (see _read_lock).
+    conn = _connect(path, check_same_thread=False)
+    conn.execute("PRAGMA query_only=1")
+    return conn
+
+
+@contextmanager
+def _snapshot_read(conn: sqlite3.Connection) -> Iterator[None]:
+    # One read transaction, so a compact committing between two SELECTs cannot be half-seen.
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _load(conn: sqlite3.Connection, name: str) -> list[bytes]:
+    with _snapshot_read(conn):
+        row = conn.execute("SELECT snapshot FROM documents WHERE name = ?", (name,)).fetchone()
+        sql = "SELECT data FROM updates WHERE name = ? ORDER BY id"
+        log = [data for (data,) in conn.execute(sql, (name,))]
+    head = [] if row is None or row[0] is None else [row[0]]
+    return head + log
+
+
+def _info(conn: sqlite3.Connection, name: str) -> DocumentInfo | None:
+    row = conn.execute(_INFO.format(where="WHERE d.name = ?"), (name,)).fetchone()
+    return None if row is None else DocumentInfo(*row)
+
+
+def _list_documents(conn: sqlite3.Connection) -> list[DocumentInfo]:
+    return [DocumentInfo(*row) for row in conn.execute(_INFO.format(where=""))]

@@ -1,0 +1,232 @@
+"""The server side of one multiplexed connection as a state machine: frames in, events out.
+
+Owns per-channel authentication state and the bounded queue of messages that arrive before a
+channel's token is verified. Knows nothing of sockets, rooms, storage or how tokens are checked:
+it asks with ``AuthRequested`` and is told with ``grant``/``deny``. Every state transition is in
+this file:
+
+    (unknown) --Token--> VERIFYING --grant--> OPEN --Close--> (unknown)
+    (unknown) --other--> AWAITING_TOKEN --Token--> VERIFYING --deny--> DENIED --Token--> VERIFYING
+    OPEN --Token--> OPEN (the token is re-verified; a deny closes the channel)
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from .errors import QueueOverflow, SessionViolation
+from .messages import (
+    PONG_FRAME,
+    Authenticated,
+    AuthToken,
+    ChannelMessage,
+    Close,
+    PermissionDenied,
+    Ping,
+    Pong,
+    SyncStatus,
+    decode_frame,
+    document_of,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_documents: int = 64
+    max_queued_messages: int = 256
+    max_queued_bytes: int = 16 * 1024 * 1024
+
+
+class ChannelState(enum.Enum):
+    AWAITING_TOKEN = "awaiting-token"
+    VERIFYING = "verifying"
+    OPEN = "open"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Bytes to send back on this connection."""
+
+    frame: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthRequested:
+    channel: str
+    document: str
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelOpened:
+    """The channel's token was accepted; attach it to its document before its messages."""
+
+    channel: str
+    document: str
+    scope: str
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """An authenticated message for a document."""
+
+    channel: str
+    document: str
+    scope: str
+    message: ChannelMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelClosed:
+    """An open channel was detached (by the client's Close or a failed re-authentication)."""
+
+    channel: str
+    document: str
+
+
+SessionEvent = Reply | AuthRequested | ChannelOpened | Incoming | ChannelClosed
+
+# Messages only a server sends; a client sending them is confused or hostile.
+_SERVER_ONLY = (PermissionDenied, Authenticated, SyncStatus)
+
+
+@dataclass(slots=True)
+class _Channel:
+    state: ChannelState
+    first_seen: float
+    scope: str = ""
+    queue: list[ChannelMessage] = field(default_factory=list)
+    queued_bytes: int = 0
+
+
+class ServerSession:
+    """Feed it frames with ``receive``; act on the events it returns."""
+
+    def __init__(self, limits: SessionLimits | None = None) -> None:
+        self.limits = limits or SessionLimits()
+        self._channels: dict[str, _Channel] = {}
+        self._queued_bytes = 0
+
+    def receive(self, data: bytes, now: float) -> list[SessionEvent]:
+        message = decode_frame(data, max_frame_bytes=self.limits.max_frame_bytes)
+        if isinstance(message, Ping):
+            return [Reply(PONG_FRAME)]
+        if isinstance(message, Pong):
+            return []
+        if isinstance(message, _SERVER_ONLY):
+            raise SessionViolation(f"{type(message).__name__} is sent by servers only")
+        if isinstance(message, AuthToken):
+            return self._on_token(message, now)
+        if isinstance(message, Close):
+            return self._on_close(message.channel)
+        return self._on_channel_message(message, len(data), now)
+
+    def grant(self, channel: str, scope: str) -> list[SessionEvent]:
+        state = self._channels.get(channel)
+        if state is None or state.state is not ChannelState.VERIFYING:
+            return []
+        was_open = bool(state.scope)
+        state.state = ChannelState.OPEN
+        state.scope = scope
+        queued, state.queue = state.queue, []
+        self._queued_bytes -= state.queued_bytes
+        state.queued_bytes = 0
+        document = document_of(channel)
+        events: list[SessionEvent] = [Reply(Authenticated(channel, scope).encode())]
+        if not was_open:
+            events.append(ChannelOpened(channel, document, scope))
+        events.extend(Incoming(channel, document, scope, message) for message in queued)
+        return events
+
+    def deny(self, channel: str, reason: str) -> list[SessionEvent]:
+        state = self._channels.get(channel)
+        if state is None or state.state is not ChannelState.VERIFYING:
+            return []
+        was_open = bool(state.scope)
+        self._queued_bytes -= state.queued_bytes
+        self._channels[channel] = _Channel(ChannelState.DENIED, state.first_seen)
+        events: list[SessionEvent] = [Reply(PermissionDenied(channel, reason).encode())]
+        if was_open:
+            events.append(ChannelClosed(channel, document_of(channel)))
+        return events
+
+    def revoke(self, channel: str, reason: str) -> list[SessionEvent]:
+        """Server-side refusal of an open channel (e.g. its token expired)."""
+        state = self._channels.get(channel)
+        if state is None or state.state is not ChannelState.OPEN:
+            return []
+        self._channels[channel] = _Channel(ChannelState.DENIED, state.first_seen)
+        return [
+            Reply(PermissionDenied(channel, reason).encode()),
+            ChannelClosed(channel, document_of(channel)),
+        ]
+
+    @property
+    def channel_count(self) -> int:
+        return len(self._channels)
+
+    def state_of(self, channel: str) -> ChannelState | None:
+        state = self._channels.get(channel)
+        return None if state is None else state.state
+
+    def open_channels(self) -> dict[str, str]:
+        """channel → scope for every open channel."""
+        return {
+            name: ch.scope for name, ch in self._channels.items() if ch.state is ChannelState.OPEN
+        }
+
+    def overdue_channels(self, now: float, auth_timeout: float) -> list[str]:
+        """Channels still waiting for a token (or its verdict) longer than ``auth_timeout``."""
+        waiting = (ChannelState.AWAITING_TOKEN, ChannelState.VERIFYING)
+        return [
+            name
+            for name, ch in self._channels.items()
+            if ch.state in waiting and now - ch.first_seen > auth_timeout
+        ]
+
+    def _on_token(self, message: AuthToken, now: float) -> list[SessionEvent]:
+        state = self._channel(message.channel, now)
+        # An open channel keeps its scope while re-verifying, so grant/deny know it was open.
+        state.state = ChannelState.VERIFYING
+        return [AuthRequested(message.channel, document_of(message.channel), message.token or "")]
+
+    def _on_close(self, channel: str) -> list[SessionEvent]:
+        state = self._channels.pop(channel, None)
+        if state is None:
+            return []
+        self._queued_bytes -= state.queued_bytes
+        if state.scope:
+            return [ChannelClosed(channel, document_of(channel))]
+        return []
+
+    def _on_channel_message(
+        self, message: ChannelMessage, size: int, now: float
+    ) -> list[SessionEvent]:
+        state = self._channel(message.channel, now)
+        if state.state is ChannelState.OPEN:
+            return [Incoming(message.channel, document_of(message.channel), state.scope, message)]
+        if state.state is ChannelState.DENIED:
+            return []  # nothing of a refused document flows, in either direction
+        if (
+            len(state.queue) >= self.limits.max_queued_messages
+            or self._queued_bytes + size > self.limits.max_queued_bytes
+        ):
+            raise QueueOverflow("too many messages before authentication")
+        state.queue.append(message)
+        state.queued_bytes += size
+        self._queued_bytes += size
+        return []
+
+    def _channel(self, channel: str, now: float) -> _Channel:
+        state = self._channels.get(channel)
+        if state is None:
+            if len(self._channels) >= self.limits.max_documents:
+                raise SessionViolation(
+                    f"too many documents on one connection (max {self.limits.max_documents})"
+                )
+            state = _Channel(ChannelState.AWAITING_TOKEN, now)
+            self._channels[channel] = state
+        return state

@@ -1,0 +1,365 @@
+"""Storage: SQLiteStore and the MemoryStore fake keep the same promises; SQLite also survives."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from collab.sqlite_store import SCHEMA_VERSION, SQLiteStore
+from collab.storage import MemoryStore, StorageError, Store
+
+REPO = Path(__file__).resolve().parents[2]
+TIMEOUT = 20
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "tether.db"  # a missing parent: the store creates it
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def make_store(request: pytest.FixtureRequest, db_path: Path) -> Callable[[], Store]:
+    if request.param == "memory":
+        return MemoryStore
+    return lambda: SQLiteStore(db_path)
+
+
+# -- behaviour shared by both stores ---------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_appended_updates_load_back_in_order_and_appends_count_the_log(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            counts = [await store.append("doc", u) for u in (b"a", b"bb", b"ccc")]
+            assert counts == [1, 2, 3]
+            assert await store.load("doc") == [b"a", b"bb", b"ccc"]
+
+
+@pytest.mark.anyio
+async def test_an_unknown_document_loads_empty_and_has_no_info(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            assert await store.load("nobody") == []
+            assert await store.info("nobody") is None
+            assert await store.list_documents() == []
+
+
+@pytest.mark.anyio
+async def test_concurrent_appends_to_one_document_keep_their_call_order(make_store):
+    updates = [f"update-{i}".encode() for i in range(200)]
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            counts = await asyncio.gather(*(store.append("doc", u) for u in updates))
+            assert counts == list(range(1, 201))
+            assert await store.load("doc") == updates
+
+
+@pytest.mark.anyio
+async def test_compaction_replaces_the_log_with_the_snapshot(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("doc", b"a")
+            await store.append("doc", b"b")
+            await store.compact("doc", b"snap-ab")
+            assert await store.load("doc") == [b"snap-ab"]
+            assert await store.append("doc", b"c") == 1
+            assert await store.load("doc") == [b"snap-ab", b"c"]
+
+
+@pytest.mark.anyio
+async def test_an_append_called_after_compact_is_kept_even_if_awaited_first(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("doc", b"a")
+            compacting = store.compact("doc", b"snap-a")
+            later = store.append("doc", b"b")  # not in the snapshot
+            assert await later == 1
+            await compacting
+            assert await store.load("doc") == [b"snap-a", b"b"]
+
+
+@pytest.mark.anyio
+async def test_an_append_called_before_compact_is_folded_even_if_awaited_last(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            earlier = asyncio.create_task(store.append("doc", b"a"))
+            await store.compact("doc", b"snap-a")  # the caller built it with "a" applied
+            assert await earlier == 1
+            assert await store.load("doc") == [b"snap-a"]
+
+
+@pytest.mark.anyio
+async def test_compaction_of_one_document_leaves_the_others_alone(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("one", b"1")
+            await store.append("two", b"2")
+            await store.compact("one", b"snap-1")
+            assert await store.load("two") == [b"2"]
+
+
+@pytest.mark.anyio
+async def test_info_counts_the_log_and_the_bytes_until_compaction(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("doc", b"12345")
+            await store.append("doc", b"678")
+            info = await store.info("doc")
+            assert info is not None
+            assert (info.name, info.log_entries, info.stored_bytes) == ("doc", 2, 8)
+            assert info.created_at <= info.updated_at
+            await store.compact("doc", b"ss")
+            compacted = await store.info("doc")
+            assert compacted is not None
+            assert (compacted.log_entries, compacted.stored_bytes) == (0, 2)
+            assert compacted.created_at == info.created_at
+
+
+@pytest.mark.anyio
+async def test_list_documents_names_every_stored_document_in_name_order(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            for name in ("beta", "alpha", "gamma"):
+                await store.append(name, name.encode())
+            await store.compact("gamma", b"g")
+            listed = await store.list_documents()
+            assert [d.name for d in listed] == ["alpha", "beta", "gamma"]
+            assert [d.log_entries for d in listed] == [1, 1, 0]
+
+
+@pytest.mark.anyio
+async def test_a_deleted_document_is_gone_and_a_new_append_starts_it_afresh(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("doc", b"a")
+            await store.compact("doc", b"snap")
+            await store.append("keep", b"k")
+            await store.delete("doc")
+            assert await store.load("doc") == []
+            assert await store.info("doc") is None
+            assert [d.name for d in await store.list_documents()] == ["keep"]
+            assert await store.append("doc", b"new") == 1
+            assert await store.load("doc") == [b"new"]
+
+
+@pytest.mark.anyio
+async def test_a_store_refuses_work_before_it_opens_and_after_it_closes(make_store):
+    with anyio.fail_after(TIMEOUT):
+        store = make_store()
+        with pytest.raises(StorageError):
+            await store.append("doc", b"early")
+        async with store:
+            await store.append("doc", b"a")
+        with pytest.raises(StorageError):
+            await store.append("doc", b"late")
+        with pytest.raises(StorageError):
+            await store.load("doc")
+        with pytest.raises(StorageError):
+            await store.__aenter__()  # one lifecycle: no reopening
+
+
+# -- SQLite only -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_closing_flushes_writes_that_were_called_but_never_awaited(db_path):
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            pending = [asyncio.ensure_future(store.append("doc", bytes([i]))) for i in range(50)]
+        assert await asyncio.gather(*pending) == list(range(1, 51))
+        async with SQLiteStore(db_path) as reopened:
+            assert await reopened.load("doc") == [bytes([i]) for i in range(50)]
+
+
+@pytest.mark.anyio
+async def test_500_concurrent_appends_over_10_documents_are_durable_in_few_commits(db_path):
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            counts = await asyncio.gather(
+                *(store.append(f"doc-{i % 10}", f"u{i}".encode()) for i in range(500))
+            )
+            commits = store.commits
+        assert counts == [i // 10 + 1 for i in range(500)]
+        assert commits <= 50, f"{commits} transactions for 500 appends: no group commit"
+        async with SQLiteStore(db_path) as reopened:
+            for d in range(10):
+                expected = [f"u{i}".encode() for i in range(d, 500, 10)]
+                assert await reopened.load(f"doc-{d}") == expected
+
+
+@pytest.mark.anyio
+async def test_max_batch_bounds_the_appends_per_transaction(db_path):
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path, max_batch=1) as store:
+            await asyncio.gather(*(store.append("doc", b"x") for _ in range(20)))
+            assert store.commits == 20
+
+
+@pytest.mark.anyio
+async def test_a_reopened_store_sees_snapshots_logs_and_infos(db_path):
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            await store.append("doc", b"a")
+            await store.compact("doc", b"snap")
+            await store.append("doc", b"b")
+            await store.append("other", b"o")
+            before = await store.list_documents()
+        async with SQLiteStore(str(db_path)) as reopened:
+            assert await reopened.load("doc") == [b"snap", b"b"]
+            assert await reopened.list_documents() == before
+            assert await reopened.append("doc", b"c") == 2
+
+
+@pytest.mark.anyio
+async def test_the_file_is_in_wal_mode_with_a_schema_version(db_path):
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            await store.append("doc", b"a")
+            with sqlite3.connect(db_path) as conn:
+                assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+                assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from collab.sqlite_store import SQLiteStore
+
+    WORKERS = 8
+
+    async def appender(store, first):
+        i = first
+        while True:
+            await store.append("doc", str(i).encode())
+            print(i, flush=True)  # only after append() returned: i is acknowledged
+            i += WORKERS
+
+    async def main(path):
+        async with SQLiteStore(path) as store:
+            await asyncio.gather(*(appender(store, w) for w in range(WORKERS)))
+
+    asyncio.run(main(sys.argv[1]))
+    """
+)
+
+
+def _acknowledge_then_kill(db_path: Path, wanted: int) -> list[int]:
+    """Run CHILD until it has acknowledged `wanted` appends, SIGKILL it, return every ack."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db_path)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    watchdog = threading.Timer(TIMEOUT, child.kill)  # a stuck child ends the reads below
+    watchdog.start()
+    try:
+        assert child.stdout is not None
+        acked: list[int] = []
+        while len(acked) < wanted and (line := child.stdout.readline()):
+            acked.append(int(line))
+        child.send_signal(signal.SIGKILL)  # mid-stream: appenders are still running
+        rest, errors = child.communicate()
+    finally:
+        watchdog.cancel()
+        child.kill()
+    assert len(acked) >= wanted, f"child stopped early: {errors}"
+    assert child.returncode == -signal.SIGKILL
+    complete = rest[: rest.rfind("\n") + 1]  # a line cut by the kill is not an ack we can read
+    return acked + [int(line) for line in complete.split()]
+
+
+@pytest.mark.anyio
+async def test_every_acknowledged_append_survives_a_hard_kill(db_path):
+    with anyio.fail_after(TIMEOUT * 2):
+        acked = await asyncio.to_thread(_acknowledge_then_kill, db_path, 300)
+        async with SQLiteStore(db_path) as store:
+            stored = [int(update) for update in await store.load("doc")]
+    assert len(stored) == len(set(stored))
+    missing = set(acked) - set(stored)
+    assert not missing, f"{len(missing)} acknowledged appends lost: {sorted(missing)[:10]}"
+
+
+async def _refuse_inserts_for(db_path: Path, name: str) -> None:
+    async with SQLiteStore(db_path):
+        pass  # creates the schema
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(
+            f"""CREATE TRIGGER refuse BEFORE INSERT ON updates WHEN NEW.name = '{name}'
+                BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END"""
+        )
+
+
+@pytest.mark.anyio
+async def test_a_failed_transaction_raises_storage_error_and_the_writer_carries_on(db_path):
+    with anyio.fail_after(TIMEOUT):
+        await _refuse_inserts_for(db_path, "refused")
+        async with SQLiteStore(db_path) as store:
+            with pytest.raises(StorageError) as failure:
+                await store.append("refused", b"x")
+            assert isinstance(failure.value.__cause__, sqlite3.Error)
+            assert await store.append("fine", b"y") == 1
+            assert await store.load("refused") == []
+            assert await store.info("refused") is None  # the whole transaction rolled back
+
+
+@pytest.mark.anyio
+async def test_a_failed_transaction_does_not_corrupt_the_log_count(db_path):
+    with anyio.fail_after(TIMEOUT):
+        await _refuse_inserts_for(db_path, "refused")
+        async with SQLiteStore(db_path) as store:
+            await store.append("doc", b"a")
+            results = await asyncio.gather(
+                store.append("doc", b"b"), store.append("refused", b"x"), return_exceptions=True
+            )
+            assert isinstance(results[1], StorageError)
+            stored = await store.load("doc")
+            assert await store.append("doc", b"c") == len(stored) + 1
+
+
+@pytest.mark.anyio
+async def test_opening_something_that_is_not_a_database_raises_storage_error(tmp_path):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not an sqlite file" * 100)
+    with anyio.fail_after(TIMEOUT):
+        for path in (tmp_path, garbage):  # a directory, then a non-database file
+            with pytest.raises(StorageError):
+                async with SQLiteStore(path):
+                    pass
+
+
+@pytest.mark.anyio
+async def test_a_file_from_a_newer_schema_is_refused(db_path):
+    db_path.parent.mkdir()
+    with sqlite3.connect(db_path) as conn:
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION + 1}")
+    with anyio.fail_after(TIMEOUT), pytest.raises(StorageError, match="newer"):
+        async with SQLiteStore(db_path):
+            pass
+
+
+def test_bad_settings_are_refused_up_front(db_path):
+    with pytest.raises(ValueError):
+        SQLiteStore(db_path, synchronous="SOMETIMES")
+    with pytest.raises(ValueError):
+        SQLiteStore(db_path, max_batch=0)
