@@ -1,0 +1,326 @@
+"""A thin asyncio client over ``ClientSession``: one WebSocket, many documents, reconnects.
+
+The only I/O in the protocol package. Opens several documents over one socket, exposes each as
+a pycrdt Doc, waits for "synced", awaits SyncStatus acks, answers pings, and reconnects with
+jittered exponential backoff, resyncing by state vector so offline edits survive.
+
+    async with TetherClient("ws://127.0.0.1:8765/ws", token=token) as client:
+        notes = await client.open("notes")
+        notes.append("hello")
+        await notes.wait_acked()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+from collections.abc import Callable
+from typing import Any, Self
+
+from pycrdt import Doc, Text, TransactionEvent
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+
+from .client_session import (
+    AuthRefused,
+    ClientDocument,
+    ClientEvent,
+    ClientSession,
+    StatelessReceived,
+)
+from .errors import ProtocolError
+from .messages import Stateless
+
+log = logging.getLogger(__name__)
+
+
+_CONNECTION_ERRORS = (OSError, ConnectionClosed, InvalidHandshake, TimeoutError, ProtocolError)
+
+
+class PermissionDeniedError(Exception):
+    """The server refused a document; ``str(exc)`` is its reason."""
+
+
+class ClientClosedError(Exception):
+    """The client was closed while waiting."""
+
+
+class _Changes:
+    """A generation counter waiters can block on: every event wakes every waiter once."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def notify(self) -> None:
+        self._event.set()
+        self._event = asyncio.Event()
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout: float) -> None:
+        async with asyncio.timeout(timeout):
+            while not predicate():
+                await self._event.wait()
+
+
+class DocumentHandle:
+    """One open document: its pycrdt Doc, edit helpers, and waits on sync/ack/text."""
+
+    def __init__(self, client: TetherClient, state: ClientDocument) -> None:
+        self._client = client
+        self._state = state
+        self.stateless: asyncio.Queue[str] = asyncio.Queue()
+        self._subscription = state.doc.observe(self._on_transaction)
+
+    @property
+    def name(self) -> str:
+        return self._state.channel
+
+    @property
+    def doc(self) -> Doc:
+        return self._state.doc
+
+    @property
+    def text(self) -> Text:
+        return self._state.text
+
+    @property
+    def scope(self) -> str | None:
+        return self._state.scope
+
+    @property
+    def synced(self) -> bool:
+        return self._state.synced
+
+    @property
+    def state(self) -> ClientDocument:
+        return self._state
+
+    @property
+    def presence(self) -> dict[int, Any]:
+        return {cid: json.loads(e.state) for cid, e in self._state.presence.items()}
+
+    def __str__(self) -> str:
+        return str(self.text)
+
+    # ---- edits (indexes in Python code points; pycrdt counts UTF-8 bytes) ----------------------
+
+    def insert(self, index: int, value: str) -> None:
+        current = str(self.text)
+        self.text.insert(len(current[:index].encode("utf-8")), value)
+
+    def append(self, value: str) -> None:
+        self.text.insert(len(str(self.text).encode("utf-8")), value)
+
+    def delete(self, index: int, length: int) -> None:
+        current = str(self.text)
+        start = len(current[:index].encode("utf-8"))
+        end = len(current[: index + length].encode("utf-8"))
+        del self.text[start:end]
+
+    def set_presence(self, presence: dict[str, Any] | None) -> None:
+        self._client._send_frames(self._client._session.set_presence(self.name, presence))
+
+    def send_stateless(self, payload: str) -> None:
+        self._client._send_frames([Stateless(self.name, payload).encode()])
+
+    # ---- waits -------------------------------------------------------------------------------
+
+    async def wait_synced(self, timeout: float = 10.0) -> None:
+        await self.wait_for(lambda: self._state.synced, timeout)
+
+    async def wait_acked(self, timeout: float = 10.0) -> None:
+        """Until every local edit so far is acknowledged (durably stored) by the server."""
+        await self.wait_for(
+            lambda: (
+                self._client.connected.is_set() and self._state.synced and self._state.all_acked
+            ),
+            timeout,
+        )
+
+    async def wait_text(self, expected: str | Callable[[str], bool], timeout: float = 10.0) -> str:
+        check = expected if callable(expected) else (lambda text: text == expected)
+        await self.wait_for(lambda: check(str(self.text)), timeout)
+        return str(self.text)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        def guarded() -> bool:
+            if self._state.refused is not None:
+                raise PermissionDeniedError(self._state.refused)
+            if self._client.closed:
+                raise ClientClosedError("client closed")
+            return predicate()
+
+        await self._client._changes.wait_until(guarded, timeout)
+
+    def _on_transaction(self, event: TransactionEvent) -> None:
+        self._client._send_frames(self._client._session.local_update(self.name, event.update))
+
+    def _detach(self) -> None:
+        self._state.doc.unobserve(self._subscription)
+
+
+class TetherClient:
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str = "",
+        reconnect: bool = True,
+        backoff_initial: float = 0.1,
+        backoff_max: float = 5.0,
+        open_timeout: float = 10.0,
+    ) -> None:
+        self.url = url
+        self.token = token
+        self.reconnect = reconnect
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._open_timeout = open_timeout
+        self._session = ClientSession()
+        self._handles: dict[str, DocumentHandle] = {}
+        self._outgoing: asyncio.Queue[bytes] = asyncio.Queue()
+        self._changes = _Changes()
+        self._runner: asyncio.Task[None] | None = None
+        self._paused = asyncio.Event()
+        self._paused.set()  # set = allowed to connect
+        self._ws: ClientConnection | None = None
+        self.connected = asyncio.Event()
+        self.closed = False
+        self.connects = 0
+        self.last_close: tuple[int, str] | None = None
+
+    async def __aenter__(self) -> Self:
+        self._runner = asyncio.ensure_future(self._run())
+        try:
+            async with asyncio.timeout(self._open_timeout):
+                await self.connected.wait()
+        except TimeoutError:
+            await self.aclose()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self.closed = True
+        self._changes.notify()
+        if self._ws is not None:
+            with contextlib.suppress(Exception):
+                await self._ws.close()
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(BaseException):
+                await self._runner
+
+    async def open(
+        self, name: str, *, token: str | None = None, doc: Doc | None = None, timeout: float = 10.0
+    ) -> DocumentHandle:
+        """Open a document and wait until it is synced; PermissionDeniedError if refused."""
+        state = self._session.open(name, token if token is not None else self.token, doc)
+        handle = DocumentHandle(self, state)
+        self._handles[name] = handle
+        if self._session.connected:
+            self._send_frames(self._session.handshake(name))
+        try:
+            await handle.wait_synced(timeout)
+        except BaseException:
+            self.close_document(name)
+            raise
+        return handle
+
+    def close_document(self, name: str) -> None:
+        handle = self._handles.pop(name, None)
+        if handle is not None:
+            handle._detach()
+        self._send_frames(self._session.close(name))
+
+    def document(self, name: str) -> DocumentHandle:
+        return self._handles[name]
+
+    # ---- test and tooling controls -----------------------------------------------------------
+
+    async def go_offline(self) -> None:
+        """Drop the socket and stay offline until ``go_online`` (edits keep working locally)."""
+        self._paused.clear()
+        if self._ws is not None:
+            await self._ws.close()
+        await self._changes.wait_until(lambda: not self.connected.is_set(), 10)
+
+    def go_online(self) -> None:
+        self._paused.set()
+
+    # ---- internals ---------------------------------------------------------------------------
+
+    def _send_frames(self, frames: list[bytes]) -> None:
+        for frame in frames:
+            self._outgoing.put_nowait(frame)
+
+    async def _run(self) -> None:
+        attempt = 0
+        while not self.closed:
+            await self._paused.wait()
+            try:
+                async with connect(self.url, max_size=None, open_timeout=self._open_timeout) as ws:
+                    attempt = 0
+                    await self._serve(ws)
+            except (
+                OSError,
+                ConnectionClosed,
+                InvalidHandshake,
+                TimeoutError,
+                ProtocolError,
+            ) as exc:
+                log.debug("connection lost: %r", exc)
+            finally:
+                self._ws = None
+                self._session.disconnected()
+                self.connected.clear()
+                self._changes.notify()
+            if not self.reconnect or self.closed:
+                break
+            delay = min(self._backoff_max, self._backoff_initial * 2**attempt)
+            attempt += 1
+            await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jittered backoff
+
+    async def _serve(self, ws: ClientConnection) -> None:
+        self._ws = ws
+        self.connects += 1
+        self._outgoing = asyncio.Queue()
+        self._session.connected = True
+        for name in list(self._session.documents):
+            self._send_frames(self._session.handshake(name))
+        self.connected.set()
+        self._changes.notify()
+        writer = asyncio.ensure_future(self._write(ws, self._outgoing))
+        try:
+            async for data in ws:
+                if isinstance(data, str):
+                    raise ProtocolError("text frame from server")
+                replies, events = self._session.receive(data)
+                self._send_frames(replies)
+                self._dispatch(events)
+        finally:
+            if ws.close_code is not None:
+                self.last_close = (ws.close_code, ws.close_reason or "")
+            writer.cancel()
+            with contextlib.suppress(BaseException):
+                await writer
+
+    async def _write(self, ws: ClientConnection, queue: asyncio.Queue[bytes]) -> None:
+        while True:
+            frame = await queue.get()
+            await ws.send(frame)
+
+    def _dispatch(self, events: list[ClientEvent]) -> None:
+        for event in events:
+            if isinstance(event, StatelessReceived):
+                handle = self._handles.get(event.channel)
+                if handle is not None:
+                    handle.stateless.put_nowait(event.payload)
+            elif isinstance(event, AuthRefused):
+                log.info("document %r refused: %s", event.channel, event.reason)
+        if events:
+            self._changes.notify()
