@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = commands.add_parser("bench", help="benchmarks (not tests)")
     bench_kinds = bench.add_subparsers(dest="bench", required=True)
-    from .bench import add_sync_arguments
+    from .bench_sync import add_sync_arguments
 
     add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "token":
         return _token(args)
-    from .bench import run_sync_bench
+    from .bench_sync import run_sync_bench
 
     return run_sync_bench(args)
 
@@ -115,7 +115,10 @@ def _token(args: argparse.Namespace) -> int:
         print("tether: give --jwt-secret or set TETHER_JWT_SECRET", file=sys.stderr)
         return 2
     docs = [p for p in args.docs.split(",") if p]
-    print(make_token(secret, docs, scope=args.scope, ttl=args.ttl, subject=args.sub, name=args.name))
+    token = make_token(
+        secret, docs, scope=args.scope, ttl=args.ttl, subject=args.sub, name=args.name
+    )
+    print(token)
     return 0
 
 

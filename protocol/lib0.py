@@ -78,6 +78,10 @@ class Decoder:
             self._pos += 1
             value |= (byte & 0x7F) << shift
             if byte < 0x80:
+                # Beyond 2**53 - 1 JS loses precision and our encoder refuses the value, so a
+                # decoded number must always re-encode.
+                if value > _MAX_SAFE_INTEGER:
+                    raise DecodeError("varUint above 2**53 - 1")
                 return value
             shift += 7
         raise DecodeError("varUint longer than 8 bytes")
@@ -103,6 +107,8 @@ class Decoder:
             value |= (byte & 0x7F) << shift
             shift += 7
             more = bool(byte & 0x80)
+        if value > _MAX_SAFE_INTEGER:
+            raise DecodeError("varInt magnitude above 2**53 - 1")
         return -value if negative else value
 
     def read_bytes(self, length: int) -> bytes:

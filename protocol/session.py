@@ -3,11 +3,34 @@
 Owns per-channel authentication state and the bounded queue of messages that arrive before a
 channel's token is verified. Knows nothing of sockets, rooms, storage or how tokens are checked:
 it asks with ``AuthRequested`` and is told with ``grant``/``deny``. Every state transition is in
-this file:
+this file (PROTOCOL.md carries a copy of this table; a test keeps them equal):
 
-    (unknown) --Token--> VERIFYING --grant--> OPEN --Close--> (unknown)
-    (unknown) --other--> AWAITING_TOKEN --Token--> VERIFYING --deny--> DENIED --Token--> VERIFYING
-    OPEN --Token--> OPEN (the token is re-verified; a deny closes the channel)
+    state           input           next            events
+    (none)          Token           VERIFYING       AuthRequested
+    (none)          other message   AWAITING_TOKEN  - (queued)
+    AWAITING_TOKEN  other message   AWAITING_TOKEN  - (queued; QueueOverflow past the limits)
+    AWAITING_TOKEN  Token           VERIFYING       AuthRequested
+    VERIFYING       other message   VERIFYING       - (queued; QueueOverflow past the limits)
+    VERIFYING       Token           VERIFYING       AuthRequested (again)
+    VERIFYING       grant           OPEN            Reply(Authenticated), ChannelOpened [1],
+                                                    Incoming for each queued message, in order
+    VERIFYING       deny            DENIED          Reply(PermissionDenied), ChannelClosed [2];
+                                                    the queue is dropped
+    OPEN            other message   OPEN            Incoming
+    OPEN            Token           VERIFYING       AuthRequested (re-verified, keeps its scope)
+    OPEN            revoke          DENIED          Reply(PermissionDenied), ChannelClosed
+    DENIED          other message   DENIED          - (dropped)
+    DENIED          Token           VERIFYING       AuthRequested
+    any             Close           (none)          ChannelClosed [2]
+    connection      Ping            -               Reply(Pong)
+    connection      Pong            -               -
+    connection      server-only     -               raises SessionViolation
+    [1] only if the channel was not open already (a re-verification keeps it attached)
+    [2] only if the channel was open (or re-verifying after being open)
+
+A new channel beyond ``max_documents`` raises ``SessionViolation``. The auth timeout
+(``overdue_channels``) counts from a channel's first message, or from the Token that moved an
+OPEN or DENIED channel back to VERIFYING.
 """
 
 from __future__ import annotations
@@ -96,7 +119,7 @@ _SERVER_ONLY = (PermissionDenied, Authenticated, SyncStatus)
 @dataclass(slots=True)
 class _Channel:
     state: ChannelState
-    first_seen: float
+    waiting_since: float
     scope: str = ""
     queue: list[ChannelMessage] = field(default_factory=list)
     queued_bytes: int = 0
@@ -147,7 +170,7 @@ class ServerSession:
             return []
         was_open = bool(state.scope)
         self._queued_bytes -= state.queued_bytes
-        self._channels[channel] = _Channel(ChannelState.DENIED, state.first_seen)
+        self._channels[channel] = _Channel(ChannelState.DENIED, state.waiting_since)
         events: list[SessionEvent] = [Reply(PermissionDenied(channel, reason).encode())]
         if was_open:
             events.append(ChannelClosed(channel, document_of(channel)))
@@ -158,7 +181,7 @@ class ServerSession:
         state = self._channels.get(channel)
         if state is None or state.state is not ChannelState.OPEN:
             return []
-        self._channels[channel] = _Channel(ChannelState.DENIED, state.first_seen)
+        self._channels[channel] = _Channel(ChannelState.DENIED, state.waiting_since)
         return [
             Reply(PermissionDenied(channel, reason).encode()),
             ChannelClosed(channel, document_of(channel)),
@@ -184,11 +207,13 @@ class ServerSession:
         return [
             name
             for name, ch in self._channels.items()
-            if ch.state in waiting and now - ch.first_seen > auth_timeout
+            if ch.state in waiting and now - ch.waiting_since > auth_timeout
         ]
 
     def _on_token(self, message: AuthToken, now: float) -> list[SessionEvent]:
         state = self._channel(message.channel, now)
+        if state.state in (ChannelState.OPEN, ChannelState.DENIED):
+            state.waiting_since = now  # a fresh wait: the auth timeout counts from this token
         # An open channel keeps its scope while re-verifying, so grant/deny know it was open.
         state.state = ChannelState.VERIFYING
         return [AuthRequested(message.channel, document_of(message.channel), message.token or "")]

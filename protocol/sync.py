@@ -93,16 +93,25 @@ def decode_awareness(payload: bytes, *, max_state_bytes: int = 64 * 1024) -> lis
     for _ in range(count):
         client_id = decoder.read_var_uint()
         clock = decoder.read_var_uint()
-        state = decoder.read_var_string()
-        if len(state) > max_state_bytes:
+        raw = decoder.read_var_uint8_array()
+        if len(raw) > max_state_bytes:
             raise DecodeError("awareness state too large")
-        _check_json(state)
-        entries.append(AwarenessEntry(client_id, clock, state))
+        entries.append(AwarenessEntry(client_id, clock, _json_text(raw)))
     return entries
 
 
-def _check_json(text: str) -> None:
+def _json_text(raw: bytes) -> str:
+    """The state as text, if it is JSON that ``JSON.parse`` in every peer will also accept."""
     try:
-        json.loads(text)
-    except ValueError as exc:
+        text = raw.decode("utf-8")
+        json.loads(text, parse_constant=_reject_constant)
+    except UnicodeDecodeError as exc:
+        raise DecodeError("awareness state is not valid UTF-8") from exc
+    # RecursionError: deeply nested arrays ("[[[[...") exhaust the C scanner's stack.
+    except (ValueError, RecursionError) as exc:
         raise DecodeError("awareness state is not JSON") from exc
+    return text
+
+
+def _reject_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")

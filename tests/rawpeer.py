@@ -85,6 +85,7 @@ class RawDoc:
     scope: str | None = None
     denied: str | None = None
     synced: bool = False  # the server's step2 arrived
+    step2s: int = 0
     sent_updates: int = 0
     statuses: list[bool] = field(default_factory=list)
     frames: list[Message] = field(default_factory=list)  # every channel frame, in order
@@ -292,6 +293,7 @@ class MuxPeer(_PeerBase):
         doc.apply(message.update)
         if isinstance(message, SyncStep2):
             doc.synced = True
+            doc.step2s += 1
 
 
 class YwsPeer(_PeerBase):
@@ -322,6 +324,13 @@ class YwsPeer(_PeerBase):
     async def send_awareness(self, channel: str, update: bytes) -> None:
         await self.send(YAwareness(update).encode())
 
+    async def roundtrip(self, timeout: float = 10.0) -> None:
+        """Send step1 and wait for its step2: the server has handled everything sent before."""
+        doc = self.single
+        seen = doc.step2s
+        await self.send_sync(self.name, SyncStep1(doc.doc.get_state()))
+        await doc.wait(lambda: doc.step2s > seen, timeout, "a step2 round trip")
+
     async def _on_frame(self, data: bytes) -> None:
         message = decode_yws_frame(data)
         doc = self.single
@@ -334,6 +343,7 @@ class YwsPeer(_PeerBase):
             doc.apply(inner.update)
             if isinstance(inner, SyncStep2):
                 doc.synced = True
+                doc.step2s += 1
         elif isinstance(message, YAwareness):
             _merge_awareness(doc, message.update)
         elif isinstance(message, YPermissionDenied):

@@ -1,0 +1,302 @@
+"""``tether bench sync``: N simulated editors over M documents typing at R chars/s for T seconds.
+
+Reports fan-out latency (an editor's send until another editor receives the edit), ack latency
+(send until the durable SyncStatus; tether protocol only), updates/s, and the server's CPU and
+RSS. Speaks the multiplexed protocol (tether, Hocuspocus) or the plain y-websocket protocol
+(``--protocol yjs --url ws://host:port/prefix``), so one driver measures every server. All
+traffic goes to the URL given, normally 127.0.0.1. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from pycrdt import Doc, Text
+from websockets.asyncio.client import ClientConnection, connect
+
+from protocol.lib0 import Decoder
+from protocol.messages import (
+    PONG_FRAME,
+    AuthToken,
+    Sync,
+    decode_frame,
+)
+from protocol.messages import SyncStatus as SyncStatusMessage
+from protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
+from protocol.yws import YSync
+
+from .launcher import ServerProcess
+
+
+def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--editors", type=int, default=50)
+    parser.add_argument("--docs", type=int, default=1)
+    parser.add_argument("--rate", type=float, default=5.0, help="chars/s per editor")
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of typing")
+    parser.add_argument("--protocol", choices=["tether", "yjs"], default="tether")
+    parser.add_argument(
+        "--url",
+        default=None,
+        help="server to drive (ws://.../ws for tether, ws://.../yjs for yjs);"
+        " default: start a tether server on a free loopback port",
+    )
+    parser.add_argument("--token", default="", help="token to send (default: minted)")
+    parser.add_argument("--server-pid", type=int, default=None, help="measure this process")
+    parser.add_argument("--json", dest="json_out", default=None, help="write results here")
+    parser.add_argument("--seed", type=int, default=1)
+
+
+@dataclass
+class Recorder:
+    sent_at: dict[bytes, float] = field(default_factory=dict)
+    fanout: list[float] = field(default_factory=list)
+    acks: list[float] = field(default_factory=list)
+    sent: int = 0
+    rejected: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Editor:
+    name: str
+    doc_name: str
+    protocol: str
+    recorder: Recorder
+    ws: ClientConnection | None = None
+    ydoc: Doc = field(default_factory=Doc)
+    pending_acks: collections.deque[float | None] = field(default_factory=collections.deque)
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    outgoing: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
+
+    def __post_init__(self) -> None:
+        self.text = self.ydoc.get("content", type=Text)
+        self.channel_header = Sync(self.doc_name, SyncUpdate(b"")).encode()[: -len(b"\x02\x00")]
+
+    async def connect(self, url: str, token: str) -> None:
+        if self.protocol == "yjs":
+            target = f"{url.rstrip('/')}/{self.doc_name}?token={token}"
+        else:
+            target = url
+        self.ws = await connect(target, max_size=None, compression=None, open_timeout=30)
+        if self.protocol == "tether":
+            await self.ws.send(AuthToken(self.doc_name, token, "bench").encode())
+            await self.ws.send(Sync(self.doc_name, SyncStep1(self.ydoc.get_state())).encode())
+        else:
+            await self.ws.send(YSync(SyncStep1(self.ydoc.get_state())).encode())
+
+    def type_one(self, char: str) -> None:
+        """One keystroke: a real Yjs update from this editor's own document."""
+        assert self.ws is not None
+        before = self.ydoc.get_state()
+        self.text.insert(len(self.text), char)
+        update = self.ydoc.get_update(before)
+        now = time.perf_counter()
+        self.recorder.sent_at[update] = now
+        self.recorder.sent += 1
+        if self.protocol == "tether":
+            self.pending_acks.append(now)
+            frame = Sync(self.doc_name, SyncUpdate(update)).encode()
+        else:
+            frame = YSync(SyncUpdate(update)).encode()
+        self.outgoing.put_nowait(frame)
+
+    async def write_forever(self) -> None:
+        assert self.ws is not None
+        try:
+            while True:
+                await self.ws.send(await self.outgoing.get())
+        except Exception as exc:
+            self.recorder.errors.append(f"{self.name}: send failed: {exc!r}")
+
+    async def read_forever(self) -> None:
+        assert self.ws is not None
+        try:
+            async for data in self.ws:
+                if isinstance(data, bytes):
+                    self._on_frame(data)
+        except Exception as exc:  # the bench reports failures instead of dying
+            self.recorder.errors.append(f"{self.name}: {exc!r}")
+
+    def _on_frame(self, data: bytes) -> None:
+        now = time.perf_counter()
+        if self.protocol == "yjs":
+            decoder = Decoder(data)
+            if decoder.read_var_uint() != 0:
+                return
+            self._on_sync(read_sync_message(decoder), now)
+            return
+        message = decode_frame(data)
+        if data == b"\x09":
+            self.outgoing.put_nowait(PONG_FRAME)
+        elif isinstance(message, Sync):
+            self._on_sync(message.message, now)
+        elif isinstance(message, SyncStatusMessage):
+            sent = self.pending_acks.popleft() if self.pending_acks else None
+            if sent is not None:
+                self.recorder.acks.append(now - sent)
+            if not message.applied:
+                self.recorder.rejected += 1
+
+    def _on_sync(self, message: object, now: float) -> None:
+        if isinstance(message, SyncUpdate):
+            sent = self.recorder.sent_at.get(message.update)
+            if sent is not None:
+                self.recorder.fanout.append(now - sent)
+        elif isinstance(message, SyncStep2):
+            self.synced.set()
+        elif isinstance(message, SyncStep1):
+            reply = self.ydoc.get_update(message.state_vector)
+            if self.protocol == "tether":
+                self.pending_acks.append(None)
+                frame = Sync(self.doc_name, SyncStep2(reply)).encode()
+            else:
+                frame = YSync(SyncStep2(reply)).encode()
+            self.outgoing.put_nowait(frame)
+
+
+async def drive(args: argparse.Namespace, url: str, token: str) -> dict[str, Any]:
+    rng = random.Random(args.seed)
+    recorder = Recorder()
+    editors = [
+        Editor(f"e{i}", f"bench-{i % args.docs}", args.protocol, recorder)
+        for i in range(args.editors)
+    ]
+    connect_started = time.perf_counter()
+    for batch in range(0, len(editors), 50):  # connect in waves: no SYN flood on loopback
+        chunk = editors[batch : batch + 50]
+        await asyncio.gather(*(e.connect(url, token) for e in chunk))
+    readers = [asyncio.ensure_future(e.read_forever()) for e in editors]
+    readers += [asyncio.ensure_future(e.write_forever()) for e in editors]
+    await asyncio.wait_for(asyncio.gather(*(e.synced.wait() for e in editors)), timeout=60)
+    connect_seconds = time.perf_counter() - connect_started
+
+    async def typist(editor: Editor) -> None:
+        interval = 1.0 / args.rate
+        next_at = time.perf_counter() + rng.random() * interval
+        end = started + args.duration
+        while next_at < end:
+            delay = next_at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            editor.type_one(rng.choice("abcdefghijklmnopqrstuvwxyz "))
+            next_at += interval
+
+    cpu_before = _cpu_seconds(args.server_pid)
+    started = time.perf_counter()
+    await asyncio.gather(*(typist(e) for e in editors))
+    typing_seconds = time.perf_counter() - started
+    # Let in-flight acks and fan-out arrive, bounded.
+    deadline = time.perf_counter() + 10
+    while time.perf_counter() < deadline and any(
+        e.pending_acks for e in editors if args.protocol == "tether"
+    ):
+        await asyncio.sleep(0.05)
+    cpu_after = _cpu_seconds(args.server_pid)
+    rss = _rss_mb(args.server_pid)
+    for e in editors:
+        if e.ws is not None:
+            with contextlib.suppress(Exception):
+                await e.ws.close()
+    for r in readers:
+        r.cancel()
+    expected_fanout = _expected_fanout(args) * recorder.sent // max(args.editors, 1)
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    return {
+        "protocol": args.protocol,
+        "url": url,
+        "editors": args.editors,
+        "documents": args.docs,
+        "rate_per_editor": args.rate,
+        "duration_s": round(typing_seconds, 2),
+        "connect_s": round(connect_seconds, 2),
+        "updates_sent": recorder.sent,
+        "updates_per_s": round(recorder.sent / typing_seconds, 1),
+        "fanout_received": len(recorder.fanout),
+        "fanout_expected": expected_fanout,
+        "fanout_ms": _percentiles(recorder.fanout),
+        "ack_ms": _percentiles(recorder.acks),
+        "acks_received": len(recorder.acks),
+        "rejected": recorder.rejected,
+        "server_cpu_s": None if cpu is None else round(cpu, 2),
+        "server_cpu_s_per_1000_edits": None
+        if cpu is None
+        else round(cpu * 1000 / max(recorder.sent, 1), 3),
+        "server_rss_mb": rss,
+        "errors": recorder.errors[:20],
+        "error_count": len(recorder.errors),
+    }
+
+
+def _expected_fanout(args: argparse.Namespace) -> int:
+    per_doc = args.editors / args.docs
+    return int(args.editors * (per_doc - 1))
+
+
+def _percentiles(samples: list[float]) -> dict[str, float | None]:
+    if not samples:
+        return {"p50": None, "p99": None, "n": 0}
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return {
+        "p50": round(statistics.median(ordered) * 1000, 3),
+        "p99": round(p99 * 1000, 3),
+        "n": len(ordered),
+    }
+
+
+def _cpu_seconds(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        times = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return float(times.user + times.system)
+
+
+def _rss_mb(pid: int | None) -> float | None:
+    if pid is None:
+        return None
+    try:
+        return round(psutil.Process(pid).memory_info().rss / 2**20, 1)
+    except psutil.Error:
+        return None
+
+
+def run_sync_bench(args: argparse.Namespace) -> int:
+    if args.url is not None:
+        result = asyncio.run(drive(args, args.url, args.token))
+    else:
+        result = _run_against_own_server(args)
+    _report(result, args.json_out)
+    return 0 if not result["error_count"] else 1
+
+
+def _run_against_own_server(args: argparse.Namespace) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as data_dir:
+        proc = ServerProcess(Path(data_dir), send_queue_frames=8192)
+        with proc:
+            assert proc.proc is not None
+            args.server_pid = proc.proc.pid
+            token = args.token or proc.token(["*"])
+            url = proc.ws_url if args.protocol == "tether" else proc.yjs_url
+            return asyncio.run(drive(args, url, token))
+
+
+def _report(result: dict[str, Any], json_out: str | None) -> None:
+    text = json.dumps(result, indent=2)
+    if json_out:
+        Path(json_out).write_text(text)
+    print(text)

@@ -1,0 +1,130 @@
+"""Runs the real ``tether serve`` as a subprocess on a free loopback port (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from collab.auth import make_token
+
+DEFAULT_SECRET = "local-test-secret-0123456789abcdef"
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """``with ServerProcess(data_dir, **settings) as server:`` — killed or stopped on exit."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        auth: str = "jwt",
+        secret: str = DEFAULT_SECRET,
+        **settings: object,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.auth = auth
+        self.secret = secret
+        self.settings = settings
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = self.data_dir / f"server-{self.port}.log"
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws"
+
+    @property
+    def yjs_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/yjs"
+
+    def token(
+        self, docs: list[str] | None = None, *, scope: str = "read-write", ttl: float = 3600.0
+    ) -> str:
+        return make_token(self.secret, docs or ["*"], scope=scope, ttl=ttl)
+
+    def start(self, timeout: float = 20.0) -> ServerProcess:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env.update(
+            TETHER_HOST="127.0.0.1",
+            TETHER_PORT=str(self.port),
+            TETHER_DATA_DIR=str(self.data_dir),
+            TETHER_AUTH=self.auth,
+            TETHER_JWT_SECRET=self.secret,
+            TETHER_LOG_LEVEL="warning",
+        )
+        for key, value in self.settings.items():
+            env["TETHER_" + key.upper()] = str(value)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "collab.cli", "serve"],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self._wait_healthy(timeout)
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{self.log()}")
+            try:
+                if httpx.get(self.http_url + "/health", timeout=0.5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.05)  # polling a process we just spawned; not test synchronisation
+        raise RuntimeError(f"server not healthy after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown hooks, no flush — what a crash looks like."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def restart(self) -> ServerProcess:
+        """Same port, same data directory."""
+        self.stop()
+        return self.start()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
