@@ -26,6 +26,7 @@ import psutil
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 
+from protocol.errors import ProtocolError
 from protocol.lib0 import Decoder
 from protocol.messages import (
     PONG_FRAME,
@@ -58,9 +59,23 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=1)
 
 
+def edit_key(update: bytes) -> tuple[int, int] | None:
+    """(client, clock) of an update's first struct: the same edit however a server re-encodes
+    it (y-websocket and Hocuspocus forward re-encoded updates, not the bytes they received)."""
+    try:
+        decoder = Decoder(update)
+        if decoder.read_var_uint() == 0:
+            return None
+        decoder.read_var_uint()  # number of structs of the first client
+        return decoder.read_var_uint(), decoder.read_var_uint()
+    except ProtocolError:
+        return None
+
+
 @dataclass
 class Recorder:
-    sent_at: dict[bytes, float] = field(default_factory=dict)
+    sent_at: dict[tuple[int, int], float] = field(default_factory=dict)
+    duplicates: int = 0  # the same edit delivered twice to one editor
     fanout: list[float] = field(default_factory=list)
     acks: list[float] = field(default_factory=list)
     sent: int = 0
@@ -79,6 +94,7 @@ class Editor:
     pending_acks: collections.deque[float | None] = field(default_factory=collections.deque)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     outgoing: asyncio.Queue[bytes] = field(default_factory=asyncio.Queue)
+    seen: set[tuple[int, int]] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.text = self.ydoc.get("content", type=Text)
@@ -103,7 +119,9 @@ class Editor:
         self.text.insert(len(self.text), char)
         update = self.ydoc.get_update(before)
         now = time.perf_counter()
-        self.recorder.sent_at[update] = now
+        key = edit_key(update)
+        if key is not None:
+            self.recorder.sent_at[key] = now
         self.recorder.sent += 1
         if self.protocol == "tether":
             self.pending_acks.append(now)
@@ -151,9 +169,14 @@ class Editor:
 
     def _on_sync(self, message: object, now: float) -> None:
         if isinstance(message, SyncUpdate):
-            sent = self.recorder.sent_at.get(message.update)
-            if sent is not None:
-                self.recorder.fanout.append(now - sent)
+            key = edit_key(message.update)
+            sent = self.recorder.sent_at.get(key) if key is not None else None
+            if sent is not None and key is not None and key[0] != self.ydoc.client_id:
+                if key in self.seen:
+                    self.recorder.duplicates += 1
+                else:
+                    self.seen.add(key)
+                    self.recorder.fanout.append(now - sent)
         elif isinstance(message, SyncStep2):
             self.synced.set()
         elif isinstance(message, SyncStep1):
@@ -225,6 +248,7 @@ async def drive(args: argparse.Namespace, url: str, token: str) -> dict[str, Any
         "updates_per_s": round(recorder.sent / typing_seconds, 1),
         "fanout_received": len(recorder.fanout),
         "fanout_expected": expected_fanout,
+        "fanout_duplicates": recorder.duplicates,
         "fanout_ms": _percentiles(recorder.fanout),
         "ack_ms": _percentiles(recorder.acks),
         "acks_received": len(recorder.acks),

@@ -12,7 +12,7 @@ import asyncio
 import collections
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
 from pycrdt import Doc
@@ -104,7 +104,7 @@ class Room:
         self._compact_threshold = compact_threshold
         self._log_entries = log_entries
         self._acks: dict[Peer, _AckQueue] = {}
-        self._pending_writes: set[asyncio.Task[None]] = set()
+        self._pending_writes: set[asyncio.Future[Any]] = set()
         self._compacting = False
         self.closing = False
         self.last_change = time.time()
@@ -167,7 +167,7 @@ class Room:
         entry = acks.push(done=False, applied=False)
         self._persist(update, acks, entry, received=time.perf_counter())
 
-    def apply_server_update(self, update: bytes, origin: object) -> asyncio.Task[None]:
+    def apply_server_update(self, update: bytes, origin: object) -> asyncio.Future[int]:
         """An edit made by the server itself (e.g. an accepted AI suggestion): stored, broadcast."""
         apply_update(self.doc, update, origin=origin)
         self.last_change = time.time()
@@ -181,33 +181,37 @@ class Room:
         acks: _AckQueue | None,
         entry: list[object] | None,
         received: float,
-    ) -> asyncio.Task[None]:
-        # append() takes its place in the store's FIFO now, before any later compact() call.
-        write = self._store.append(self.name, update)
-        task = asyncio.ensure_future(self._store_and_ack(write, acks, entry, received))
-        self._pending_writes.add(task)
-        task.add_done_callback(self._pending_writes.discard)
-        return task
+    ) -> asyncio.Future[int]:
+        # append_future takes its place in the store's FIFO now, before any later compact();
+        # a done-callback (not a task per update) keeps the hot path cheap.
+        write = self._store.append_future(self.name, update)
+        self._pending_writes.add(write)
+        write.add_done_callback(lambda done: self._stored(done, acks, entry, received))
+        return write
 
-    async def _store_and_ack(
+    def _stored(
         self,
-        write: Coroutine[Any, Any, int],
+        write: asyncio.Future[int],
         acks: _AckQueue | None,
         entry: list[object] | None,
         received: float,
     ) -> None:
-        applied = True
-        try:
-            self._log_entries = await write
-        except StorageError:
-            log.exception("could not store an update of %r", self.name)
-            applied = False
+        self._pending_writes.discard(write)
+        error = write.exception()
+        applied = error is None
+        if error is not None:
+            log.error("could not store an update of %r: %s", self.name, error)
+        else:
+            self._log_entries = write.result()
         if entry is not None and acks is not None:
             entry[0], entry[1] = True, applied
             acks.flush()
             self._metrics.ack_seconds.observe(time.perf_counter() - received)
         if applied and self._log_entries >= self._compact_threshold and not self._compacting:
-            await self.compact()
+            self._compacting = True
+            task = asyncio.ensure_future(self.compact())
+            self._pending_writes.add(task)
+            task.add_done_callback(self._pending_writes.discard)
 
     async def compact(self) -> None:
         """Fold the update log into one snapshot (the store does it atomically)."""

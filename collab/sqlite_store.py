@@ -129,6 +129,13 @@ class SQLiteStore(Store):
     def append(self, name: str, update: bytes) -> Coroutine[Any, Any, int]:
         return self._enqueue("append", name, bytes(update))
 
+    def append_future(self, name: str, update: bytes) -> asyncio.Future[int]:
+        if self._state != "open" or self._loop is None or self._stopped.done():
+            return super().append_future(name, update)  # fails with the usual StorageError
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._queue.put(_Op("append", name, bytes(update), future))
+        return future
+
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
         return self._enqueue("compact", name, bytes(snapshot))
 

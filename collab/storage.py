@@ -14,6 +14,7 @@ update and calls ``append`` in the same event-loop step knows exactly which appe
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
@@ -66,6 +67,11 @@ class Store(ABC):
         The result is the doc's log_entries count after this append (so the caller can
         decide to compact).
         """
+
+    def append_future(self, name: str, update: bytes) -> asyncio.Future[int]:
+        """Like ``append`` (ordered at call time) but as a future, for callers on the hot path
+        that want a done-callback instead of a task per update."""
+        return asyncio.ensure_future(self.append(name, update))
 
     @abstractmethod
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:

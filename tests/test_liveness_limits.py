@@ -1,0 +1,266 @@
+"""Liveness and limits: idle and auth timeouts, documents per socket, slow readers, presence."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+
+import anyio
+import pytest
+from websockets.asyncio.client import connect
+
+from protocol.messages import AuthToken, Sync
+from protocol.sync import SyncStep1
+from tests.rawpeer import MuxPeer
+from tests.serverproc import ServerProcess
+
+pytestmark = pytest.mark.anyio
+
+IDLE_TIMEOUT = 1.5
+PING_INTERVAL = 0.25
+AUTH_TIMEOUT = 1.0
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="module")
+def lively(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with ServerProcess(
+        tmp_path_factory.mktemp("lively"),
+        idle_timeout=IDLE_TIMEOUT,
+        ping_interval=PING_INTERVAL,
+        auth_timeout=AUTH_TIMEOUT,
+        max_documents_per_connection=3,
+    ) as proc:
+        yield proc
+
+
+async def test_a_client_that_never_answers_pings_is_closed_after_the_idle_timeout_and_its_presence_removed(  # noqa: E501
+    lively: ServerProcess,
+):
+    name = unique("idle")
+    token = lively.token([name])
+    with anyio.fail_after(15):
+        async with (
+            await MuxPeer.connect(lively.ws_url, answer_pings=False) as mute,
+            await MuxPeer.connect(lively.ws_url) as watcher,
+        ):
+            w = await watcher.open(name, token)
+            m = await mute.open(name, token)
+            await m.set_awareness({"user": "mute"})
+            await w.wait(lambda: m.doc.client_id in w.awareness, what="mute's presence")
+            silent_since = time.monotonic()
+            code = await mute.wait_closed(timeout=IDLE_TIMEOUT + 3)
+            elapsed = time.monotonic() - silent_since
+            assert code == 4000, mute.close_reason
+            assert mute.pings >= 2, "the server pinged before giving up"
+            assert IDLE_TIMEOUT * 0.8 <= elapsed <= IDLE_TIMEOUT + 1.5
+            await w.wait(
+                lambda: m.doc.client_id not in w.awareness,
+                what="the closed peer's presence to be removed",
+            )
+            assert not watcher.closed
+
+
+async def test_a_client_that_answers_pings_stays_open_past_the_idle_timeout(lively: ServerProcess):
+    name = unique("alive")
+    with anyio.fail_after(15):
+        async with await MuxPeer.connect(lively.ws_url) as peer:
+            doc = await peer.open(name, lively.token([name]))
+            start = time.monotonic()
+            wanted = int(2 * IDLE_TIMEOUT / PING_INTERVAL)
+            await peer.watch.until(lambda: peer.pings >= wanted or peer.closed, 10, "pings")
+            assert not peer.closed, (peer.close_code, peer.close_reason)
+            assert time.monotonic() - start > IDLE_TIMEOUT
+            await doc.append("still alive")
+            await doc.wait_acked()
+            assert doc.statuses[-1] is True
+
+
+async def test_a_socket_that_sends_step1_but_no_token_is_closed_after_the_auth_timeout(
+    lively: ServerProcess,
+):
+    with anyio.fail_after(10):
+        async with await MuxPeer.connect(lively.ws_url) as peer:
+            start = time.monotonic()
+            await peer.send(Sync(unique("tokenless"), SyncStep1(b"\x00")).encode())
+            code = await peer.wait_closed(timeout=AUTH_TIMEOUT + 3)
+            elapsed = time.monotonic() - start
+            assert code == 4001, peer.close_reason
+            assert AUTH_TIMEOUT * 0.8 <= elapsed <= AUTH_TIMEOUT + 1.0
+            assert all(not d.frames for d in peer.docs.values()), "nothing of the document"
+
+
+async def test_a_socket_that_never_names_a_document_is_closed_after_the_auth_timeout(
+    lively: ServerProcess,
+):
+    with anyio.fail_after(10):
+        async with await MuxPeer.connect(lively.ws_url) as peer:
+            assert await peer.wait_closed(timeout=AUTH_TIMEOUT + 3) == 4001
+
+
+async def test_a_document_slow_to_authenticate_does_not_close_the_socket_while_others_flow(
+    lively: ServerProcess,
+):
+    """Only a channel that never sends its token counts, not traffic on open channels."""
+    name = unique("open")
+    with anyio.fail_after(10):
+        async with await MuxPeer.connect(lively.ws_url) as peer:
+            doc = await peer.open(name, lively.token([name]))
+            start = time.monotonic()
+            while time.monotonic() - start < AUTH_TIMEOUT * 1.5:
+                await doc.append(".")
+                await doc.wait_acked()
+            assert not peer.closed
+
+
+async def test_opening_more_documents_than_allowed_closes_with_1008(lively: ServerProcess):
+    names = [unique("many") for _ in range(4)]
+    token = lively.token(names)
+    with anyio.fail_after(10):
+        async with await MuxPeer.connect(lively.ws_url) as peer:
+            for name in names[:3]:
+                await peer.open(name, token)
+            await peer.send(AuthToken(names[3], token).encode())
+            assert await peer.wait_closed() == 1008
+            assert "documents" in peer.close_reason
+
+
+async def test_closing_a_document_frees_its_slot(lively: ServerProcess):
+    names = [unique("slot") for _ in range(4)]
+    token = lively.token(names)
+    with anyio.fail_after(10):
+        async with await MuxPeer.connect(lively.ws_url) as peer:
+            for name in names[:3]:
+                await peer.open(name, token)
+            await peer.detach(names[0])
+            fourth = await peer.open(names[3], token)
+            await fourth.append("fits")
+            await fourth.wait_acked()
+            assert fourth.statuses[-1] is True and not peer.closed
+
+
+async def test_awareness_of_a_peer_whose_connection_drops_is_removed_for_others(
+    lively: ServerProcess,
+):
+    name = unique("drop")
+    token = lively.token([name])
+    with anyio.fail_after(10):
+        async with await MuxPeer.connect(lively.ws_url) as watcher:
+            w = await watcher.open(name, token)
+            for ending in ("abort", "close"):
+                leaver = await MuxPeer.connect(lively.ws_url)
+                d = await leaver.open(name, token)
+                await d.set_awareness({"user": ending})
+                await w.wait(lambda d=d: d.doc.client_id in w.awareness)
+                if ending == "abort":
+                    leaver.ws.transport.abort()  # TCP reset: no close frame, no awareness null
+                await leaver.aclose()
+                await w.wait(
+                    lambda d=d: d.doc.client_id not in w.awareness,
+                    what=f"presence removal after {ending}",
+                )
+
+
+# ---- slow consumers -------------------------------------------------------------------------
+
+FLOOD_CHUNK = 16 * 1024
+FLOOD_BYTES = 12 * 1024 * 1024  # well past what the loopback socket buffers can absorb
+
+
+@pytest.fixture
+def slow_server(tmp_path) -> Iterator[ServerProcess]:
+    # Long ping/idle so that only the send queue can end the non-reading connection.
+    with ServerProcess(tmp_path, send_queue_frames=64, ping_interval=20, idle_timeout=60) as srv:
+        yield srv
+
+
+async def open_non_reading_socket(server: ServerProcess, name: str, token: str):
+    """A /ws socket with a tiny receive buffer that asks for ``name`` and then never reads."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", server.port))
+    ws = await connect(server.ws_url, sock=sock, max_queue=1, max_size=None)
+    await ws.send(AuthToken(name, token).encode())
+    await ws.send(Sync(name, SyncStep1(b"\x00")).encode())
+    return ws
+
+
+async def test_a_client_that_stops_reading_is_closed_with_1013_and_the_flooder_is_unaffected(
+    slow_server: ServerProcess,
+):
+    name = unique("flood")
+    token = slow_server.token([name])
+    with anyio.fail_after(60):
+        slow = await open_non_reading_socket(slow_server, name, token)
+        async with (
+            await MuxPeer.connect(slow_server.ws_url) as flooder,
+            await MuxPeer.connect(slow_server.ws_url) as bystander,
+        ):
+            f = await flooder.open(name, token)
+            b = await bystander.open(name, token)
+            chunk = "z" * FLOOD_CHUNK
+            count = FLOOD_BYTES // FLOOD_CHUNK
+            start = time.monotonic()
+            for k in range(count):
+                await f.append(chunk)
+                if k % 64 == 63:
+                    await f.wait_acked(timeout=10)
+            await f.wait_acked(timeout=10)
+            flood_seconds = time.monotonic() - start
+            assert all(f.statuses), "every flooded update applied and acknowledged"
+            await b.wait_text(lambda t: len(t) == count * FLOOD_CHUNK, timeout=20)
+            assert not flooder.closed and not bystander.closed
+            assert flood_seconds < 30
+
+            # Now read: whatever was buffered, then the server's close.
+            received = 0
+            with pytest.raises(Exception) as ended:  # noqa: PT011 - ConnectionClosed*
+                while True:
+                    received += len(await slow.recv())
+            assert slow.protocol.close_rcvd is not None, f"no close frame ({ended.value!r})"
+            assert slow.protocol.close_rcvd.code == 1013, slow.protocol.close_rcvd
+            assert received < count * FLOOD_CHUNK, "frames after the overflow were dropped"
+
+
+async def test_a_slow_consumer_is_detached_at_once_even_while_it_does_not_read(
+    slow_server: ServerProcess,
+):
+    """Its presence must go away when its queue overflows, not when it next reads."""
+    name = unique("stuck")
+    token = slow_server.token([name])
+    with anyio.fail_after(60):
+        slow = await open_non_reading_socket(slow_server, name, token)
+        try:
+            async with (
+                await MuxPeer.connect(slow_server.ws_url) as flooder,
+                await MuxPeer.connect(slow_server.ws_url) as watcher,
+            ):
+                from protocol.messages import Awareness
+                from protocol.sync import AwarenessEntry, encode_awareness
+
+                client_id = 424242
+                entry = AwarenessEntry(client_id, 1, '{"user":"stuck"}')
+                await slow.send(Awareness(name, encode_awareness([entry])).encode())
+                f = await flooder.open(name, token)
+                w = await watcher.open(name, token)
+                await w.wait(lambda: client_id in w.awareness, what="the slow peer's presence")
+                chunk = "y" * FLOOD_CHUNK
+                for k in range(FLOOD_BYTES // FLOOD_CHUNK):
+                    await f.append(chunk)
+                    if k % 64 == 63:
+                        await f.wait_acked(timeout=10)
+                await f.wait_acked(timeout=10)
+                await w.wait(
+                    lambda: client_id not in w.awareness,
+                    timeout=5,
+                    what="the overflowed peer's presence to be removed",
+                )
+        finally:
+            slow.transport.abort()
