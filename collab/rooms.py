@@ -52,21 +52,30 @@ class RoomManager:
         while True:
             unloading = self._unloading.get(name)
             if unloading is not None:
-                await asyncio.shield(unloading)
+                # A done task is awaited without yielding, so its done-callback would never get
+                # to run: forget it here, or this loop spins.
+                if not unloading.done():
+                    await asyncio.shield(unloading)
+                if self._unloading.get(name) is unloading:
+                    del self._unloading[name]
                 continue
             room = self._rooms.get(name)
             if room is not None and not room.closing:
                 self._cancel_unload_timer(name)
                 return room
             future = self._loading.get(name)
-            if future is None:
+            if future is None or future.done():
                 future = asyncio.ensure_future(self._load(name))
                 self._loading[name] = future
-                future.add_done_callback(lambda _f, n=name: self._loading.pop(n, None))
+                future.add_done_callback(lambda f, n=name: self._forget_loading(n, f))
             room = await asyncio.shield(future)
             if not room.closing:
                 self._cancel_unload_timer(name)
                 return room
+
+    def _forget_loading(self, name: str, future: asyncio.Future[Room]) -> None:
+        if self._loading.get(name) is future:
+            del self._loading[name]
 
     async def _load(self, name: str) -> Room:
         updates = await self._store.load(name)
@@ -112,7 +121,11 @@ class RoomManager:
         room.closing = True
         task = asyncio.ensure_future(self._unload(room))
         self._unloading[room.name] = task
-        task.add_done_callback(lambda _t, n=room.name: self._unloading.pop(n, None))
+        task.add_done_callback(lambda t, n=room.name: self._forget_unloading(n, t))
+
+    def _forget_unloading(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._unloading.get(name) is task:
+            del self._unloading[name]
 
     async def _unload(self, room: Room) -> None:
         try:

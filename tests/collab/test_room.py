@@ -1,0 +1,244 @@
+"""Rooms with an in-memory store and peers whose outboxes we read: no sockets."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from pycrdt import Doc, Text
+
+from collab.auth import OPEN_GRANT, Grant
+from collab.hooks import Hooks
+from collab.metrics import Metrics
+from collab.outbox import Outbox
+from collab.peer import Peer
+from collab.room import InvalidUpdate, Room
+from collab.rooms import RoomManager
+from collab.storage import MemoryStore
+from protocol.lib0 import Decoder
+from protocol.messages import Awareness, Sync, SyncStatus, decode_frame
+from protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, SyncUpdate, encode_awareness
+
+pytestmark = pytest.mark.anyio
+
+READONLY = Grant("r", "r", ("*",), "readonly", None)
+
+
+class Capture:
+    """An outbox whose frames land in a list, decoded."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+        self.outbox = Outbox(self._send, max_frames=1000)
+        self.outbox.put = self.frames.append  # type: ignore[method-assign]
+
+    async def _send(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+    def decoded(self) -> list[object]:
+        return [decode_frame(f) for f in self.frames]
+
+    def updates(self) -> list[bytes]:
+        return [
+            m.message.update
+            for m in self.decoded()
+            if isinstance(m, Sync) and isinstance(m.message, SyncUpdate)
+        ]
+
+    def statuses(self) -> list[bool]:
+        return [m.applied for m in self.decoded() if isinstance(m, SyncStatus)]
+
+
+def make_peer(capture: Capture, channel: str = "doc", grant: Grant = OPEN_GRANT) -> Peer:
+    return Peer(capture.outbox, grant, grant.scope, channel)
+
+
+def edit(text: str, client: Doc | None = None) -> bytes:
+    doc = client or Doc()
+    content = doc.get("content", type=Text)
+    before = doc.get_state()
+    content += text
+    return doc.get_update(before)
+
+
+async def make_room(store: MemoryStore, threshold: int = 1000) -> Room:
+    return Room("doc", Doc(), store, hooks=Hooks(), metrics=Metrics(), compact_threshold=threshold)
+
+
+async def test_attach_sends_our_state_vector_then_known_presence() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        first, second = Capture(), Capture()
+        room.attach(make_peer(first))
+        room.handle_awareness(
+            next(iter(room.peers)), encode_awareness([AwarenessEntry(7, 1, '{"n":"a"}')])
+        )
+        room.attach(make_peer(second))
+        kinds = second.decoded()
+        assert isinstance(kinds[0], Sync) and isinstance(kinds[0].message, SyncStep1)
+        assert isinstance(kinds[1], Awareness)
+
+
+async def test_an_update_is_broadcast_to_others_once_and_acked_after_it_is_stored() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        a, b, c = Capture(), Capture(), Capture()
+        pa, pb, pc = make_peer(a), make_peer(b), make_peer(c)
+        for peer in (pa, pb, pc):
+            room.attach(peer)
+        update = edit("hello")
+        room.handle_sync(pa, SyncUpdate(update))
+        assert b.updates() == [update] and c.updates() == [update]
+        assert a.updates() == []  # no echo to the sender
+        assert a.statuses() == []  # not yet durable
+        await room.flush()
+        assert a.statuses() == [True]
+        assert await store.load("doc") == [update]
+
+
+async def test_acks_keep_the_order_of_updates_even_for_empty_ones() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        a = Capture()
+        pa = make_peer(a)
+        room.attach(pa)
+        client = Doc()
+        room.handle_sync(pa, SyncUpdate(edit("x", client)))
+        room.handle_sync(pa, SyncStep2(b"\x00\x00"))  # nothing new: acked, but after the first
+        assert a.statuses() == []
+        await room.flush()
+        assert a.statuses() == [True, True]
+
+
+async def test_a_readonly_peer_update_is_rejected_not_applied_not_broadcast() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        reader, other = Capture(), Capture()
+        pr = make_peer(reader, grant=READONLY)
+        room.attach(pr)
+        room.attach(make_peer(other))
+        room.handle_sync(pr, SyncUpdate(edit("sneaky")))
+        await room.flush()
+        assert reader.statuses() == [False]
+        assert other.updates() == []
+        assert str(room.doc.get("content", type=Text)) == ""
+        assert await store.load("doc") == []
+
+
+async def test_a_garbage_update_raises_invalid_update_and_leaves_the_document_untouched() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        a, b = Capture(), Capture()
+        pa = make_peer(a)
+        room.attach(pa)
+        room.attach(make_peer(b))
+        room.handle_sync(pa, SyncUpdate(edit("kept")))
+        with pytest.raises(InvalidUpdate):
+            room.handle_sync(pa, SyncUpdate(b"\x05\xff\xff\xff\x01garbage"))
+        assert str(room.doc.get("content", type=Text)) == "kept"
+        assert len(b.updates()) == 1
+
+
+async def test_leaving_clears_the_leavers_presence_for_everyone_else() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        a, b = Capture(), Capture()
+        pa = make_peer(a)
+        room.attach(pa)
+        room.attach(make_peer(b))
+        room.handle_awareness(pa, encode_awareness([AwarenessEntry(42, 3, '{"name":"A"}')]))
+        room.detach(pa)
+        last = b.decoded()[-1]
+        assert isinstance(last, Awareness)
+        decoder = Decoder(last.update)
+        assert decoder.read_var_uint() == 1
+        assert (decoder.read_var_uint(), decoder.read_var_uint()) == (42, 4)
+        assert decoder.read_var_string() == "null"
+        assert 42 not in room.awareness
+
+
+async def test_one_peer_cannot_overwrite_another_peers_presence() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        a, b = Capture(), Capture()
+        pa, pb = make_peer(a), make_peer(b)
+        room.attach(pa)
+        room.attach(pb)
+        room.handle_awareness(pa, encode_awareness([AwarenessEntry(1, 1, '{"name":"A"}')]))
+        room.handle_awareness(pb, encode_awareness([AwarenessEntry(1, 2, '{"name":"spoof"}')]))
+        assert room.awareness[1].state == '{"name":"A"}'
+
+
+async def test_compaction_folds_the_log_once_it_passes_the_threshold_and_keeps_content() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store, threshold=5)
+        a = Capture()
+        pa = make_peer(a)
+        room.attach(pa)
+        client = Doc()
+        for ch in "abcdefgh":
+            room.handle_sync(pa, SyncUpdate(edit(ch, client)))
+        await room.flush()
+        info = await store.info("doc")
+        assert info is not None and info.log_entries < 8
+        reloaded = Doc()
+        for update in await store.load("doc"):
+            reloaded.apply_update(update)
+        assert str(reloaded.get("content", type=Text)) == "abcdefgh"
+
+
+async def test_two_openers_of_a_new_document_at_the_same_instant_get_the_same_room() -> None:
+    async with MemoryStore() as store:
+        manager = RoomManager(
+            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=100
+        )
+        first, second = await asyncio.gather(manager.acquire("new"), manager.acquire("new"))
+        assert first is second
+        await manager.close()
+
+
+class UnloadWatcher:
+    """An extension that tells the test when a room has been unloaded."""
+
+    def __init__(self) -> None:
+        self.unloaded = asyncio.Event()
+
+    async def on_unload(self, room: Room) -> None:
+        self.unloaded.set()
+
+
+async def test_a_room_is_unloaded_after_the_grace_period_and_reloads_with_its_content() -> None:
+    watcher = UnloadWatcher()
+    async with MemoryStore() as store:
+        manager = RoomManager(
+            store,
+            hooks=Hooks([watcher]),
+            metrics=Metrics(),
+            unload_grace=0.01,
+            compact_threshold=100,
+        )
+        room = await manager.acquire("doc")
+        cap = Capture()
+        peer = make_peer(cap)
+        room.attach(peer)
+        room.handle_sync(peer, SyncUpdate(edit("persisted")))
+        room.detach(peer)
+        async with asyncio.timeout(5):
+            await watcher.unloaded.wait()
+        again = await manager.acquire("doc")
+        assert again is not room
+        assert str(again.doc.get("content", type=Text)) == "persisted"
+        await manager.close()
+
+
+async def test_reopening_during_the_grace_period_keeps_the_same_room() -> None:
+    async with MemoryStore() as store:
+        manager = RoomManager(
+            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=100
+        )
+        room = await manager.acquire("doc")
+        peer = make_peer(Capture())
+        room.attach(peer)
+        room.detach(peer)
+        assert await manager.acquire("doc") is room
+        await manager.close()
