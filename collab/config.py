@@ -41,9 +41,9 @@ class Settings:
     def validate(self) -> None:
         if self.auth not in ("jwt", "none"):
             raise ValueError(f"auth must be 'jwt' or 'none', not {self.auth!r}")
-        if self.auth == "jwt" and len(self.jwt_secret) < 16:
+        if self.auth == "jwt" and len(self.jwt_secret) < 32:
             raise ValueError(
-                "auth 'jwt' needs --jwt-secret (or TETHER_JWT_SECRET) of at least 16 characters;"
+                "auth 'jwt' needs --jwt-secret (or TETHER_JWT_SECRET) of at least 32 characters;"
                 " use --auth none for local use without tokens"
             )
         if self.idle_timeout <= self.ping_interval:
