@@ -17,7 +17,7 @@ from typing import Any
 
 from pycrdt import Doc
 
-from protocol.lib0 import write_var_uint8_array
+from protocol.lib0 import MAX_SAFE_INTEGER, write_var_uint8_array
 from protocol.sync import (
     EMPTY_UPDATE,
     AwarenessEntry,
@@ -263,7 +263,9 @@ class Room:
             entry = self.awareness.pop(client_id, None)
             self._awareness_owner.pop(client_id, None)
             if entry is not None:
-                gone.append(AwarenessEntry(client_id, entry.clock + 1, "null"))
+                # Capped: a hostile clock of 2**53 - 1 must not break everyone's disconnect.
+                clock = min(entry.clock + 1, MAX_SAFE_INTEGER)
+                gone.append(AwarenessEntry(client_id, clock, "null"))
         peer.awareness_ids.clear()
         if gone:
             self._broadcast(_awareness_body(gone), exclude=None, sync=False)

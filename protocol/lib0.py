@@ -10,11 +10,11 @@ from .errors import DecodeError
 
 # A varUint longer than this cannot be a JS safe integer (53 bits needs 8 bytes of 7 bits).
 _MAX_VARUINT_BYTES = 8
-_MAX_SAFE_INTEGER = (1 << 53) - 1
+MAX_SAFE_INTEGER = (1 << 53) - 1
 
 
 def write_var_uint(value: int) -> bytes:
-    if value < 0 or value > _MAX_SAFE_INTEGER:
+    if value < 0 or value > MAX_SAFE_INTEGER:
         raise ValueError(f"varUint out of range: {value}")
     out = bytearray()
     while value > 0x7F:
@@ -27,7 +27,7 @@ def write_var_uint(value: int) -> bytes:
 def write_var_int(value: int) -> bytes:
     """lib0 signed varint: first byte holds continuation, sign and 6 bits of magnitude."""
     magnitude = abs(value)
-    if magnitude > _MAX_SAFE_INTEGER:
+    if magnitude > MAX_SAFE_INTEGER:
         raise ValueError(f"varInt out of range: {value}")
     first = (0x40 if value < 0 else 0) | (magnitude & 0x3F)
     magnitude >>= 6
@@ -80,7 +80,7 @@ class Decoder:
             if byte < 0x80:
                 # Beyond 2**53 - 1 JS loses precision and our encoder refuses the value, so a
                 # decoded number must always re-encode.
-                if value > _MAX_SAFE_INTEGER:
+                if value > MAX_SAFE_INTEGER:
                     raise DecodeError("varUint above 2**53 - 1")
                 return value
             shift += 7
@@ -107,7 +107,7 @@ class Decoder:
             value |= (byte & 0x7F) << shift
             shift += 7
             more = bool(byte & 0x80)
-        if value > _MAX_SAFE_INTEGER:
+        if value > MAX_SAFE_INTEGER:
             raise DecodeError("varInt magnitude above 2**53 - 1")
         return -value if negative else value
 

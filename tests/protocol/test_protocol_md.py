@@ -1,0 +1,270 @@
+"""PROTOCOL.md's byte examples are checked against the real encoders and decoders.
+
+Every ``example:`` line inside a ```wire block is encoded from its arguments and compared with
+its bytes, and its bytes are decoded and compared with its arguments, so the document cannot
+drift from the code. The state table and the close codes are compared with their sources too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from protocol import messages as m
+from protocol import yws
+from protocol.lib0 import (
+    Decoder,
+    write_var_int,
+    write_var_string,
+    write_var_uint,
+    write_var_uint8_array,
+)
+from protocol.sync import (
+    AwarenessEntry,
+    SyncStep1,
+    SyncStep2,
+    SyncUpdate,
+    decode_awareness,
+    encode_awareness,
+    read_sync_message,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+PROTOCOL_MD = ROOT / "protocol" / "PROTOCOL.md"
+SESSION_PY = ROOT / "protocol" / "session.py"
+CLOSE_CODES_PY = ROOT / "collab" / "close_codes.py"
+
+
+# ---- the example format ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Example:
+    line_no: int
+    kind: str
+    args: dict[str, Any]
+    data: bytes
+
+    def __str__(self) -> str:
+        return f"PROTOCOL.md:{self.line_no} {self.kind}"
+
+
+_JSON = json.JSONDecoder()
+_KEY = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)=")
+_HEX_VALUE = re.compile(r"0x([0-9a-fA-F]*)")
+
+
+def parse_args(text: str) -> dict[str, Any]:
+    """``key=value ...`` where a value is JSON or ``0x``-prefixed hex (bytes)."""
+    args: dict[str, Any] = {}
+    pos = 0
+    while text[pos:].strip():
+        key = _KEY.match(text, pos)
+        if key is None:
+            raise ValueError(f"expected key= at {text[pos:]!r}")
+        pos = key.end()
+        hex_value = _HEX_VALUE.match(text, pos)
+        if hex_value is not None:
+            value: Any = bytes.fromhex(hex_value.group(1))
+            pos = hex_value.end()
+        else:
+            value, pos = _JSON.raw_decode(text, pos)
+        if key.group(1) in args:
+            raise ValueError(f"duplicate key {key.group(1)}")
+        args[key.group(1)] = value
+    return args
+
+
+def parse_examples(markdown: str) -> list[Example]:
+    examples = []
+    in_wire = False
+    for line_no, line in enumerate(markdown.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("```"):
+            in_wire = not in_wire and stripped == "```wire"
+            continue
+        if not in_wire or not stripped or stripped.startswith("#"):
+            continue
+        match = re.fullmatch(r"example:\s+(\S+)(.*?)\s+=>\s+([0-9a-f ]+)", stripped)
+        if match is None:
+            raise ValueError(f"PROTOCOL.md:{line_no}: not an example line: {stripped!r}")
+        kind, args, hex_bytes = match.groups()
+        examples.append(Example(line_no, kind, parse_args(args), bytes.fromhex(hex_bytes)))
+    return examples
+
+
+# ---- what each kind of example means -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Kind:
+    build: Callable[[dict[str, Any]], Any]
+    encode: Callable[[Any], bytes]
+    decode: Callable[[bytes], Any]
+
+
+def _read_whole(read: Callable[[Decoder], Any]) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        decoder = Decoder(data)
+        value = read(decoder)
+        assert decoder.at_end(), "bytes left over after the value"
+        return value
+
+    return decode
+
+
+def _entries(args: dict[str, Any]) -> list[AwarenessEntry]:
+    return [AwarenessEntry(*entry) for entry in args.pop("entries")]
+
+
+def _awareness_payload(args: dict[str, Any]) -> bytes:
+    return encode_awareness(_entries(args)) if "entries" in args else args.pop("update")
+
+
+def _encode(value: Any) -> bytes:
+    return value.encode()
+
+
+def _mux(build: Callable[[dict[str, Any]], Any]) -> Kind:
+    return Kind(build, _encode, m.decode_frame)
+
+
+def _yws(build: Callable[[dict[str, Any]], Any]) -> Kind:
+    return Kind(build, _encode, yws.decode_yws_frame)
+
+
+def _sync(build: Callable[[dict[str, Any]], Any]) -> Kind:
+    return Kind(build, _encode, _read_whole(read_sync_message))
+
+
+KINDS: dict[str, Kind] = {
+    "varUint": Kind(lambda a: a.pop("value"), write_var_uint, _read_whole(Decoder.read_var_uint)),
+    "varInt": Kind(lambda a: a.pop("value"), write_var_int, _read_whole(Decoder.read_var_int)),
+    "varString": Kind(
+        lambda a: a.pop("value"), write_var_string, _read_whole(Decoder.read_var_string)
+    ),
+    "varUint8Array": Kind(
+        lambda a: a.pop("value"), write_var_uint8_array, _read_whole(Decoder.read_var_uint8_array)
+    ),
+    "syncStep1": _sync(lambda a: SyncStep1(a.pop("sv"))),
+    "syncStep2": _sync(lambda a: SyncStep2(a.pop("update"))),
+    "syncUpdate": _sync(lambda a: SyncUpdate(a.pop("update"))),
+    "awarenessUpdate": Kind(_entries, encode_awareness, decode_awareness),
+    "mux.syncStep1": _mux(lambda a: m.Sync(a.pop("channel"), SyncStep1(a.pop("sv")))),
+    "mux.syncStep2": _mux(lambda a: m.Sync(a.pop("channel"), SyncStep2(a.pop("update")))),
+    "mux.update": _mux(lambda a: m.Sync(a.pop("channel"), SyncUpdate(a.pop("update")))),
+    "mux.awareness": _mux(lambda a: m.Awareness(a.pop("channel"), _awareness_payload(a))),
+    "mux.token": _mux(
+        lambda a: m.AuthToken(a.pop("channel"), a.pop("token", None), a.pop("version", None))
+    ),
+    "mux.permissionDenied": _mux(lambda a: m.PermissionDenied(a.pop("channel"), a.pop("reason"))),
+    "mux.authenticated": _mux(lambda a: m.Authenticated(a.pop("channel"), a.pop("scope"))),
+    "mux.queryAwareness": _mux(lambda a: m.QueryAwareness(a.pop("channel"))),
+    "mux.stateless": _mux(lambda a: m.Stateless(a.pop("channel"), a.pop("payload"))),
+    "mux.close": _mux(lambda a: m.Close(a.pop("channel"), a.pop("reason", None))),
+    "mux.syncStatus": _mux(lambda a: m.SyncStatus(a.pop("channel"), a.pop("applied"))),
+    "mux.ping": _mux(lambda a: m.Ping()),
+    "mux.pong": _mux(lambda a: m.Pong()),
+    "yws.syncStep1": _yws(lambda a: yws.YSync(SyncStep1(a.pop("sv")))),
+    "yws.syncStep2": _yws(lambda a: yws.YSync(SyncStep2(a.pop("update")))),
+    "yws.update": _yws(lambda a: yws.YSync(SyncUpdate(a.pop("update")))),
+    "yws.awareness": _yws(lambda a: yws.YAwareness(_awareness_payload(a))),
+    "yws.permissionDenied": _yws(lambda a: yws.YPermissionDenied(a.pop("reason"))),
+    "yws.queryAwareness": _yws(lambda a: yws.YQueryAwareness()),
+}
+
+
+def build(example: Example) -> Any:
+    kind = KINDS.get(example.kind)
+    assert kind is not None, f"{example}: unknown example kind"
+    args = dict(example.args)
+    value = kind.build(args)
+    assert not args, f"{example}: unused arguments {sorted(args)}"
+    return value
+
+
+# ---- the tests -------------------------------------------------------------------------------
+
+MARKDOWN = PROTOCOL_MD.read_text(encoding="utf-8")
+EXAMPLES = parse_examples(MARKDOWN)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=str)
+def test_each_example_encodes_to_its_bytes(example):
+    value = build(example)
+    assert KINDS[example.kind].encode(value).hex(" ") == example.data.hex(" ")
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=str)
+def test_each_example_decodes_back_to_its_value(example):
+    assert KINDS[example.kind].decode(example.data) == build(example)
+
+
+def test_every_kind_of_message_has_an_example():
+    shown = {example.kind for example in EXAMPLES}
+    assert set(KINDS) - shown == set()
+
+
+def test_the_examples_show_the_variants_that_matter():
+    def shown(kind: str, predicate: Callable[[dict[str, Any]], bool]) -> bool:
+        return any(e.kind == kind and predicate(e.args) for e in EXAMPLES)
+
+    assert shown("varUint", lambda a: a["value"] >= 128)  # multi-byte
+    assert shown("varInt", lambda a: a["value"] < 0)
+    assert shown("varString", lambda a: any(ord(c) > 0xFFFF for c in a["value"]))  # emoji
+    assert shown("varString", lambda a: any(0x7F < ord(c) <= 0xFFFF for c in a["value"]))
+    assert shown("mux.token", lambda a: "version" in a)
+    assert shown("mux.token", lambda a: "token" in a and "version" not in a)
+    assert shown("mux.token", lambda a: "token" not in a)  # the server's token request
+    assert shown("mux.close", lambda a: "reason" in a)
+    assert shown("mux.close", lambda a: "reason" not in a)
+    assert shown("mux.syncStatus", lambda a: a["applied"] is True)
+    assert shown("mux.syncStatus", lambda a: a["applied"] is False)
+    assert shown("mux.syncStep1", lambda a: m.CHANNEL_SEPARATOR in a["channel"])
+    assert shown("mux.update", lambda a: a["update"] == b"\x00\x00")  # the empty update
+    assert shown("yws.awareness", lambda a: a.get("update") == b"\x00")  # the keepalive
+
+
+def test_the_example_parser_reads_json_and_hex_values():
+    args = parse_args(' a=0x0aff b="x y\\u0000" c=[[1, 2, "{}"]] d=null e=0x')
+    assert args == {"a": b"\n\xff", "b": "x y\0", "c": [[1, 2, "{}"]], "d": None, "e": b""}
+
+
+def test_a_malformed_example_line_is_an_error_not_a_silent_skip():
+    with pytest.raises(ValueError):
+        parse_examples("```wire\nexample: varUint value=1 -> 01\n```\n")
+
+
+def _table(text: str, first_row: str) -> list[str]:
+    """The indented block that starts with ``first_row``, stripped of its indentation."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip().startswith(first_row))
+    indent = len(lines[start]) - len(lines[start].lstrip())
+    rows = []
+    for line in lines[start:]:
+        if not line.strip() or len(line) - len(line.lstrip()) < indent:
+            break
+        rows.append(line[indent:].rstrip())
+    return rows
+
+
+def test_the_state_table_is_the_one_in_session_py():
+    header = "state           input"
+    source = _table(SESSION_PY.read_text(encoding="utf-8"), header)
+    assert len(source) > 10
+    assert _table(MARKDOWN, header) == source
+
+
+@pytest.mark.skipif(not CLOSE_CODES_PY.exists(), reason="collab is not in this tree")
+def test_every_close_code_the_server_uses_is_documented():
+    source = CLOSE_CODES_PY.read_text(encoding="utf-8")
+    codes = re.findall(r"^([A-Z_]+) = (\d{4})\b", source, flags=re.MULTILINE)
+    assert codes
+    documented = set(re.findall(r"^\| (\d{4}) \|", MARKDOWN, flags=re.MULTILINE))
+    assert {code for _, code in codes} - documented == set()
