@@ -1,0 +1,197 @@
+"""AI suggestion messages: JSON objects carried in Stateless frames of the document they concern.
+
+Pure codecs; knows nothing of models, documents or sockets. Positions are UTF-16 code units (what
+JS counts) or a base64 Yjs relative position (``anchor``); converting them is the server's job.
+
+    client → server: suggest, cancel, accept
+    server → client: suggestion.start, suggestion.delta, suggestion.end, suggestion.error
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .errors import ProtocolError
+
+KINDS = ("complete", "rewrite")
+END_REASONS = ("done", "cancelled", "superseded", "length")
+MAX_ID_LENGTH = 128
+MAX_TOKENS_LIMIT = 1024
+
+
+class InvalidAiMessage(ProtocolError):
+    """A malformed AI request; answered with suggestion.error, never with a close."""
+
+    def __init__(self, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.request_id = request_id
+
+
+@dataclass(frozen=True, slots=True)
+class Suggest:
+    id: str
+    kind: str
+    pos: int | None = None
+    start: int | None = None  # "from" on the wire (a Python keyword)
+    end: int | None = None  # "to" on the wire
+    anchor: str | None = None
+    max_tokens: int | None = None
+
+    def encode(self) -> str:
+        body: dict[str, Any] = {"type": "suggest", "id": self.id, "kind": self.kind}
+        optional = {
+            "pos": self.pos,
+            "from": self.start,
+            "to": self.end,
+            "anchor": self.anchor,
+            "max_tokens": self.max_tokens,
+        }
+        body.update({k: v for k, v in optional.items() if v is not None})
+        return json.dumps(body, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    id: str
+
+    def encode(self) -> str:
+        return json.dumps({"type": "cancel", "id": self.id}, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    id: str
+
+    def encode(self) -> str:
+        return json.dumps({"type": "accept", "id": self.id}, separators=(",", ":"))
+
+
+ClientAiMessage = Suggest | Cancel | Accept
+
+
+def _server_encode(kind: str, fields: dict[str, Any]) -> str:
+    body = {"type": kind}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestionStart:
+    id: str
+    source: str  # model | exact | typeahead | semantic | prefetch
+
+    def encode(self) -> str:
+        return _server_encode("suggestion.start", asdict(self))
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestionDelta:
+    id: str
+    text: str
+
+    def encode(self) -> str:
+        return _server_encode("suggestion.delta", asdict(self))
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestionEnd:
+    id: str
+    reason: str
+    ttft_ms: float | None = None
+    tokens: int = 0
+
+    def encode(self) -> str:
+        return _server_encode("suggestion.end", asdict(self))
+
+
+@dataclass(frozen=True, slots=True)
+class SuggestionError:
+    id: str | None
+    code: str
+    message: str
+
+    def encode(self) -> str:
+        return _server_encode("suggestion.error", asdict(self))
+
+
+ServerAiMessage = SuggestionStart | SuggestionDelta | SuggestionEnd | SuggestionError
+
+
+def decode_client_message(payload: str) -> ClientAiMessage:
+    """Parse a client's AI request; every failure is InvalidAiMessage (with the id if known)."""
+    try:
+        body = json.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidAiMessage("payload is not JSON") from exc
+    if not isinstance(body, dict):
+        raise InvalidAiMessage("payload must be a JSON object")
+    request_id = body.get("id")
+    if not isinstance(request_id, str) or not 0 < len(request_id) <= MAX_ID_LENGTH:
+        raise InvalidAiMessage(f"'id' must be a string of 1..{MAX_ID_LENGTH} characters")
+    kind = body.get("type")
+    if kind == "cancel":
+        return Cancel(request_id)
+    if kind == "accept":
+        return Accept(request_id)
+    if kind != "suggest":
+        raise InvalidAiMessage(f"unknown type {str(kind)[:40]!r}", request_id)
+    return _decode_suggest(body, request_id)
+
+
+def _decode_suggest(body: dict[str, Any], request_id: str) -> Suggest:
+    kind = body.get("kind", "complete")
+    if kind not in KINDS:
+        raise InvalidAiMessage(f"'kind' must be one of {', '.join(KINDS)}", request_id)
+    pos = _optional_position(body, "pos", request_id)
+    start = _optional_position(body, "from", request_id)
+    end = _optional_position(body, "to", request_id)
+    anchor = body.get("anchor")
+    if anchor is not None and not isinstance(anchor, str):
+        raise InvalidAiMessage("'anchor' must be a base64 string", request_id)
+    max_tokens = body.get("max_tokens")
+    if max_tokens is not None and (
+        not _is_int(max_tokens) or not 0 < max_tokens <= MAX_TOKENS_LIMIT
+    ):
+        raise InvalidAiMessage(
+            f"'max_tokens' must be an integer in 1..{MAX_TOKENS_LIMIT}", request_id
+        )
+    if kind == "complete" and pos is None and anchor is None:
+        raise InvalidAiMessage("'complete' needs 'pos' or 'anchor'", request_id)
+    if kind == "rewrite":
+        if start is None or end is None or end < start:
+            raise InvalidAiMessage("'rewrite' needs 'from' <= 'to'", request_id)
+    return Suggest(request_id, kind, pos, start, end, anchor, max_tokens)
+
+
+def _optional_position(body: dict[str, Any], key: str, request_id: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not _is_int(value) or value < 0:
+        raise InvalidAiMessage(f"'{key}' must be a non-negative integer", request_id)
+    return int(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def decode_server_message(payload: str) -> ServerAiMessage:
+    """For clients and tests: parse what the server streams (extra fields are ignored)."""
+    try:
+        body = json.loads(payload)
+        cls = _SERVER_TYPES[body["type"]]
+        known = {f: body[f] for f in cls.__dataclass_fields__ if f in body}
+        return cls(**known)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidAiMessage("malformed server message") from exc
+
+
+_SERVER_TYPES: dict[str, type[Any]] = {
+    "suggestion.start": SuggestionStart,
+    "suggestion.delta": SuggestionDelta,
+    "suggestion.end": SuggestionEnd,
+    "suggestion.error": SuggestionError,
+}
