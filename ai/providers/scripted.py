@@ -1,0 +1,43 @@
+"""A scripted provider for tests of the streaming mechanics (never the default).
+
+It yields a fixed list of pieces, optionally waiting on a gate between them so a test can hold a
+generation open, and records every prompt it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from ..errors import ProviderError
+from .base import Cancellation, GenerationRequest, Provider
+
+
+class ScriptedProvider(Provider):
+    name = "scripted"
+
+    def __init__(
+        self,
+        pieces: list[str] | None = None,
+        *,
+        delay: float = 0.0,
+        fail_with: str | None = None,
+    ) -> None:
+        self.pieces = pieces if pieces is not None else [" scripted", " words", "."]
+        self.delay = delay
+        self.fail_with = fail_with
+        self.prompts: list[GenerationRequest] = []
+        self.gate: asyncio.Event | None = None  # when set by a test, pieces wait for it
+
+    async def stream(self, request: GenerationRequest, cancel: Cancellation) -> AsyncIterator[str]:
+        self.prompts.append(request)
+        if self.fail_with:
+            raise ProviderError(self.fail_with)
+        for index, piece in enumerate(self.pieces[: request.max_tokens]):
+            if cancel.cancelled:
+                return
+            if index and self.gate is not None:
+                await self.gate.wait()
+            if self.delay:
+                await asyncio.sleep(self.delay)  # simulated model latency, not synchronisation
+            yield piece

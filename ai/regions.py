@@ -1,0 +1,96 @@
+"""A document split into regions (paragraphs), recomputed lazily and only where text changed.
+
+Per keystroke the sync path only calls ``mark_dirty`` (O(1)); pycrdt's delta events cost grows
+with the document, so we never read them. When a suggestion needs context, ``refresh`` splits
+the current text and reuses every region whose text is unchanged (looked up by content), so
+token counts, and the cache's embeddings, are computed only for regions that changed.
+Knows nothing of models or sockets: token counting is a function handed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+SEPARATOR = "\n\n"
+
+
+@dataclass(slots=True)
+class Region:
+    text: str
+    start: int  # Python index of its first character in the document
+    key: bytes
+    tokens: int
+    extra: dict[str, object] = field(default_factory=dict)  # e.g. an embedding
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+
+class RegionIndex:
+    def __init__(self, count_tokens: Callable[[str], int], max_cached: int = 4096) -> None:
+        self._count_tokens = count_tokens
+        self._max_cached = max_cached
+        self._by_key: dict[bytes, Region] = {}
+        self.regions: list[Region] = []
+        self.dirty = True
+        self.recomputed = 0  # regions whose token count had to be computed (for tests, metrics)
+        self._text = ""
+
+    def mark_dirty(self) -> None:
+        self.dirty = True
+
+    def refresh(self, text: str) -> list[Region]:
+        if not self.dirty and text == self._text:
+            return self.regions
+        regions: list[Region] = []
+        fresh: dict[bytes, Region] = {}
+        start = 0
+        for part in split_paragraphs(text):
+            key = hashlib.blake2b(part.encode("utf-8"), digest_size=16).digest()
+            known = self._by_key.get(key) or fresh.get(key)
+            if known is None:
+                self.recomputed += 1
+                known = Region(part, start, key, self._count_tokens(part))
+            region = Region(part, start, key, known.tokens, known.extra)
+            fresh[key] = region
+            regions.append(region)
+            start += len(part)
+        if len(fresh) < self._max_cached:
+            # keep recently seen paragraphs too: undo/redo brings them back
+            for key, region in list(self._by_key.items())[: self._max_cached - len(fresh)]:
+                fresh.setdefault(key, region)
+        self._by_key = fresh
+        self.regions = regions
+        self._text = text
+        self.dirty = False
+        return regions
+
+    def region_at(self, index: int) -> int:
+        """Position in ``regions`` of the region holding Python index ``index``."""
+        for position, region in enumerate(self.regions):
+            if index < region.end:
+                return position
+        return max(len(self.regions) - 1, 0)
+
+
+def split_paragraphs(text: str) -> list[str]:
+    """Paragraphs with their trailing separator kept, so the parts join back to ``text``."""
+    if not text:
+        return []
+    parts = []
+    start = 0
+    while True:
+        cut = text.find(SEPARATOR, start)
+        if cut < 0:
+            parts.append(text[start:])
+            return parts
+        end = cut + len(SEPARATOR)
+        while end < len(text) and text[end] == "\n":
+            end += 1
+        parts.append(text[start:end])
+        start = end
+        if start >= len(text):
+            return parts
