@@ -93,7 +93,8 @@ def _serve(args: argparse.Namespace) -> int:
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
         ws_max_size=settings.max_frame_bytes * 2,
         ws_ping_interval=settings.ping_interval,
-        ws_ping_timeout=max(settings.idle_timeout - settings.ping_interval, 1.0),
+        # Past our own app-level idle close, so that one (4000, clear reason) wins.
+        ws_ping_timeout=settings.idle_timeout,
         timeout_graceful_shutdown=5,
     )
     server = uvicorn.Server(config)

@@ -27,6 +27,7 @@ INTERNAL_ERROR = 1011
 TRY_AGAIN_LATER = 1013
 IDLE_TIMEOUT = 4000
 AUTH_TIMEOUT = 4001
+TOKEN_EXPIRED = 4002  # transient: the client may come back with a fresh token
 UNAUTHORIZED = 4401  # permanent: the token in the URL will not get better by retrying
 FORBIDDEN = 4403
 

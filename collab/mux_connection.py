@@ -8,11 +8,9 @@ peers and channels whose auth never resolved, and closes the connection when its
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
-from protocol.errors import ProtocolError
 from protocol.messages import (
     PING_FRAME,
     Awareness,
@@ -32,22 +30,16 @@ from protocol.session import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import AUTH_TIMEOUT, GOING_AWAY, IDLE_TIMEOUT, close_for
+from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, close_for
 from .context import ServerContext, Transport, valid_document_name
+from .lifecycle import CloseConnection, detach_each, run_connection
 from .outbox import Outbox, SlowConsumer
 from .peer import Peer
-from .room import InvalidUpdate, Room
+from .room import Room
 
 log = logging.getLogger(__name__)
 
 _GRANT_CACHE_SIZE = 4
-
-
-class _Closing(Exception):
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
 
 
 class MuxConnection:
@@ -68,42 +60,22 @@ class MuxConnection:
         self._grant_of_channel: dict[str, Grant] = {}
         self._connected_at = time.monotonic()
         self._last_seen = self._connected_at
-        self._close: _Closing | None = None
         self._ever_used = False
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
         metrics.connections.labels("ws").inc()
-        writer = asyncio.ensure_future(self._outbox.drain_forever())
-        monitor = asyncio.ensure_future(self._monitor())
         try:
-            await self._receive_loop()
-        except (ProtocolError, InvalidUpdate) as exc:
-            self._close = _Closing(*close_for(exc))
-        except _Closing as exc:
-            self._close = exc
-        except Exception as exc:
-            log.exception("connection failed")
-            self._close = _Closing(*close_for(exc))
+            await run_connection(
+                receive_loop=self._receive_loop(),
+                monitor=self._monitor(),
+                outbox=self._outbox,
+                transport=self._transport,
+                detach=self._detach_all,
+                metrics=metrics,
+            )
         finally:
-            monitor.cancel()
-            self._detach_all()
             metrics.connections.labels("ws").dec()
-            if self._close is not None:
-                metrics.closes.labels(self._close.reason.split(":")[0]).inc()
-                with contextlib.suppress(Exception):
-                    await self._outbox.flush(timeout=1.0)
-                self._outbox.close()
-                with contextlib.suppress(Exception):
-                    await self._transport.close(self._close.code, self._close.reason)
-            self._outbox.close()
-            writer.cancel()
-            with contextlib.suppress(BaseException):
-                await writer
-
-    def shutdown(self) -> None:
-        """Server stopping: end this connection politely."""
-        self._close = _Closing(GOING_AWAY, "server shutting down")
 
     async def _receive_loop(self) -> None:
         receive = self._transport.receive
@@ -116,8 +88,6 @@ class MuxConnection:
             self._last_seen = now
             for event in session.receive(data, now):
                 await self._handle(event)
-            if self._close is not None:
-                raise self._close
 
     async def _handle(self, event: SessionEvent) -> None:
         if isinstance(event, Incoming):
@@ -184,10 +154,10 @@ class MuxConnection:
             room.detach(peer)
 
     def _detach_all(self) -> None:
-        for channel in list(self._attached):
-            self._detach(channel)
+        detach_each([lambda c=channel: self._detach(c) for channel in list(self._attached)])
 
-    async def _monitor(self) -> None:
+    async def _monitor(self) -> CloseConnection:
+        """Pings, and decides when to close: slow reader, idle peer, auth never resolved."""
         s = self._ctx.settings
         tick = max(0.05, min(s.ping_interval, s.auth_timeout, s.idle_timeout) / 4)
         last_ping = time.monotonic()
@@ -196,18 +166,15 @@ class MuxConnection:
             while True:
                 done, _ = await asyncio.wait({overflow}, timeout=tick)
                 if done:
-                    await self._abort(*close_for(SlowConsumer()))
-                    return
+                    return CloseConnection(*close_for(SlowConsumer()))
                 now = time.monotonic()
                 if now - last_ping >= s.ping_interval:
                     self._outbox.put(PING_FRAME)
                     last_ping = now
                 if now - self._last_seen > s.idle_timeout:
-                    await self._abort(IDLE_TIMEOUT, "idle timeout: no message from the peer")
-                    return
+                    return CloseConnection(IDLE_TIMEOUT, "idle timeout: no message from the peer")
                 if self._auth_overdue(now):
-                    await self._abort(AUTH_TIMEOUT, "authentication timeout")
-                    return
+                    return CloseConnection(AUTH_TIMEOUT, "authentication timeout")
                 self._expire_grants()
         finally:
             overflow.cancel()
@@ -229,10 +196,3 @@ class MuxConnection:
                     if isinstance(event, Reply):
                         self._outbox.put(event.frame)
                 self._detach(channel)
-
-    async def _abort(self, code: int, reason: str) -> None:
-        """Close from the monitor: the receive loop is parked in receive(), so close the socket."""
-        self._close = _Closing(code, reason)
-        self._outbox.close()
-        with contextlib.suppress(Exception):
-            await self._transport.close(code, reason)

@@ -131,10 +131,12 @@ class Room:
             return
         self.peers.discard(peer)
         self._acks.pop(peer, None)
-        self._remove_presence(peer)
-        self._hooks.on_detach(self, peer)
-        if not self.peers and self.on_empty is not None:
-            self.on_empty(self)
+        try:
+            self._remove_presence(peer)
+        finally:
+            self._hooks.on_detach(self, peer)
+            if not self.peers and self.on_empty is not None:
+                self.on_empty(self)
 
     # ---- sync --------------------------------------------------------------------------------
 

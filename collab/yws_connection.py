@@ -8,10 +8,8 @@ after accepting makes it reconnect every 100 ms).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
-from protocol.errors import ProtocolError
 from protocol.yws import (
     YAwareness,
     YPermissionDenied,
@@ -21,11 +19,12 @@ from protocol.yws import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import GOING_AWAY, close_for
+from .close_codes import TOKEN_EXPIRED, close_for
 from .context import ServerContext, Transport, valid_document_name
+from .lifecycle import CloseConnection, detach_each, run_connection
 from .outbox import Outbox, SlowConsumer
 from .peer import Peer
-from .room import InvalidUpdate, Room
+from .room import Room
 
 log = logging.getLogger(__name__)
 
@@ -54,34 +53,22 @@ class YwsConnection:
         self._outbox = Outbox(transport.send, ctx.settings.send_queue_frames)
 
     async def run(self) -> None:
-        grant = self._grant
         metrics = self._ctx.metrics
         metrics.connections.labels("yjs").inc()
-        writer = asyncio.ensure_future(self._outbox.drain_forever())
-        room = await self._ctx.rooms.acquire(self._document)
-        peer = Peer(self._outbox, grant, grant.scope, None)
-        room.attach(peer)
-        monitor = asyncio.ensure_future(self._monitor())
-        close: tuple[int, str] | None = None
         try:
-            await self._receive_loop(room, peer)
-        except (ProtocolError, InvalidUpdate) as exc:
-            close = close_for(exc)
-        except Exception as exc:
-            log.exception("y-websocket connection failed")
-            close = close_for(exc)
+            room = await self._ctx.rooms.acquire(self._document)
+            peer = Peer(self._outbox, self._grant, self._grant.scope, None)
+            room.attach(peer)
+            await run_connection(
+                receive_loop=self._receive_loop(room, peer),
+                monitor=self._monitor(),
+                outbox=self._outbox,
+                transport=self._transport,
+                detach=lambda: detach_each([lambda: room.detach(peer)]),
+                metrics=metrics,
+            )
         finally:
-            monitor.cancel()
-            room.detach(peer)
             metrics.connections.labels("yjs").dec()
-            self._outbox.close()
-            if close is not None:
-                metrics.closes.labels(close[1].split(":")[0]).inc()
-                with contextlib.suppress(Exception):
-                    await self._transport.close(*close)
-            writer.cancel()
-            with contextlib.suppress(BaseException):
-                await writer
 
     async def _receive_loop(self, room: Room, peer: Peer) -> None:
         limit = self._ctx.settings.max_frame_bytes
@@ -99,20 +86,17 @@ class YwsConnection:
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
 
-    async def _monitor(self) -> None:
+    async def _monitor(self) -> CloseConnection:
+        """Keepalive frames, and the decision to close a reader that fell behind."""
         interval = self._ctx.settings.ping_interval
         overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
         try:
             while True:
                 done, _ = await asyncio.wait({overflow}, timeout=interval)
                 if done:
-                    with contextlib.suppress(Exception):
-                        await self._transport.close(*close_for(SlowConsumer()))
-                    return
+                    return CloseConnection(*close_for(SlowConsumer()))
                 self._outbox.put(KEEPALIVE_FRAME)
+                if self._grant.expired():
+                    return CloseConnection(TOKEN_EXPIRED, "token expired")
         finally:
             overflow.cancel()
-
-    async def shutdown(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._transport.close(GOING_AWAY, "server shutting down")

@@ -27,10 +27,11 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from protocol.messages import (
+    PING_FRAME,
     PONG_FRAME,
     Authenticated,
-    Awareness,
     AuthToken,
+    Awareness,
     Close,
     Message,
     PermissionDenied,
@@ -124,7 +125,9 @@ class RawDoc:
         update = encode_awareness([AwarenessEntry(self.doc.client_id, clock, body)])
         await self.peer.send_awareness(self.channel, update)
 
-    async def wait(self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    async def wait(
+        self, predicate: Callable[[], bool], timeout: float = 10.0, what: str = ""
+    ) -> None:
         await self.peer.watch.until(predicate, timeout, what or f"a condition on {self.channel}")
 
     async def wait_synced(self, timeout: float = 10.0) -> None:
@@ -214,6 +217,7 @@ class MuxPeer(_PeerBase):
         self.docs: dict[str, RawDoc] = {}
         self.answer_pings = answer_pings
         self.pings = 0
+        self.pongs = 0
         self.unknown: list[Message] = []
         self._start(ws)
 
@@ -252,6 +256,17 @@ class MuxPeer(_PeerBase):
         await doc.wait_synced(timeout)
         return doc
 
+    async def alive(self, timeout: float = 10.0) -> bool:
+        """Ping; True once the Pong arrives, False if the server closes first.
+
+        Frames are handled in order, so a Pong means every earlier frame was accepted.
+        """
+        seen = self.pongs
+        with contextlib.suppress(ConnectionClosed):
+            await self.send(PING_FRAME)
+        await self.watch.until(lambda: self.pongs > seen or self.closed, timeout, "Pong or close")
+        return self.pongs > seen
+
     async def detach(self, channel: str) -> None:
         await self.send(Close(channel).encode())
 
@@ -264,6 +279,7 @@ class MuxPeer(_PeerBase):
                     await self.send(PONG_FRAME)
             return
         if isinstance(message, Pong):
+            self.pongs += 1
             return
         doc = self.doc(message.channel)
         doc.frames.append(message)
@@ -288,7 +304,9 @@ class MuxPeer(_PeerBase):
         if isinstance(message, SyncStep1):
             doc.sent_updates += 1  # our step2 reply is acknowledged like an update
             with contextlib.suppress(ConnectionClosed):
-                await self.send_sync(doc.channel, SyncStep2(doc.doc.get_update(message.state_vector)))
+                await self.send_sync(
+                    doc.channel, SyncStep2(doc.doc.get_update(message.state_vector))
+                )
             return
         doc.apply(message.update)
         if isinstance(message, SyncStep2):
@@ -324,12 +342,15 @@ class YwsPeer(_PeerBase):
     async def send_awareness(self, channel: str, update: bytes) -> None:
         await self.send(YAwareness(update).encode())
 
-    async def roundtrip(self, timeout: float = 10.0) -> None:
-        """Send step1 and wait for its step2: the server has handled everything sent before."""
+    async def roundtrip(self, timeout: float = 10.0) -> bool:
+        """Send step1 and wait for its step2: True once the server has handled everything
+        sent before; False if it closed the socket instead."""
         doc = self.single
         seen = doc.step2s
-        await self.send_sync(self.name, SyncStep1(doc.doc.get_state()))
-        await doc.wait(lambda: doc.step2s > seen, timeout, "a step2 round trip")
+        with contextlib.suppress(ConnectionClosed):
+            await self.send_sync(self.name, SyncStep1(doc.doc.get_state()))
+        await doc.wait(lambda: doc.step2s > seen or self.closed, timeout, "a step2 round trip")
+        return doc.step2s > seen
 
     async def _on_frame(self, data: bytes) -> None:
         message = decode_yws_frame(data)
@@ -338,7 +359,9 @@ class YwsPeer(_PeerBase):
             inner = message.message
             if isinstance(inner, SyncStep1):
                 with contextlib.suppress(ConnectionClosed):
-                    await self.send(YSync(SyncStep2(doc.doc.get_update(inner.state_vector))).encode())
+                    await self.send(
+                        YSync(SyncStep2(doc.doc.get_update(inner.state_vector))).encode()
+                    )
                 return
             doc.apply(inner.update)
             if isinstance(inner, SyncStep2):

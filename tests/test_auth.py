@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 import anyio
@@ -10,8 +11,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from protocol.messages import Authenticated, AuthToken, PermissionDenied, Sync
-from protocol.sync import SyncStep1
+from protocol.messages import Authenticated, AuthToken, Awareness, PermissionDenied, Sync
+from protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
 
@@ -246,3 +247,61 @@ async def test_an_open_channel_is_revoked_when_its_token_expires(tmp_path):
                 await barrier(other)  # the socket and the other document live on
                 assert doc.frames[frames:] == []
                 assert not any(isinstance(f, Sync) for f in doc.frames[frames:])
+
+
+async def test_an_editor_cannot_overwrite_or_remove_another_editors_presence(
+    server: ServerProcess,
+):
+    name = unique("spoof")
+    token = server.token([name])
+    with anyio.fail_after(15):
+        async with (
+            await MuxPeer.connect(server.ws_url) as owner,
+            await MuxPeer.connect(server.ws_url) as spoofer,
+            await MuxPeer.connect(server.ws_url) as watcher,
+        ):
+            o = await owner.open(name, token)
+            s = await spoofer.open(name, token)
+            w = await watcher.open(name, token)
+            await o.set_awareness({"user": "owner"})
+            victim = o.doc.client_id
+            await w.wait(lambda: victim in w.awareness)
+            forged = [
+                AwarenessEntry(victim, 5, '{"user":"spoofed"}'),
+                AwarenessEntry(victim, 6, "null"),
+            ]
+            for entry in forged:
+                await spoofer.send(Awareness(name, encode_awareness([entry])).encode())
+            # The spoofer's own presence, sent last, is a barrier for the forged ones.
+            await s.set_awareness({"user": "spoofer"})
+            await w.wait(lambda: s.doc.client_id in w.awareness)
+            assert json.loads(w.awareness[victim]) == {"user": "owner"}
+            # A newcomer's snapshot agrees.
+            async with await MuxPeer.connect(server.ws_url) as late:
+                n = await late.open(name, token)
+                await n.wait(lambda: victim in n.awareness and s.doc.client_id in n.awareness)
+                assert json.loads(n.awareness[victim]) == {"user": "owner"}
+
+
+async def test_reauthenticating_an_open_channel_with_a_token_that_no_longer_allows_it_detaches_it(
+    server: ServerProcess,
+):
+    name = unique("revoked")
+    token = server.token([name])
+    with anyio.fail_after(15):
+        async with (
+            await MuxPeer.connect(server.ws_url) as peer,
+            await MuxPeer.connect(server.ws_url) as writer,
+        ):
+            doc = await peer.open(name, token)
+            keep = await peer.open(unique("kept"), server.token())
+            w = await writer.open(name, token)
+            await peer.send(AuthToken(name, server.token(["elsewhere"])).encode())
+            await doc.wait(lambda: doc.denied is not None, what="PermissionDenied")
+            frames = len(doc.frames)
+            await w.append("after revocation")
+            await w.wait_acked()
+            await barrier(keep)  # the writer's edit was fanned out before this round trip
+            assert doc.frames[frames:] == []
+            assert "after revocation" not in str(doc)
+            assert not peer.closed
