@@ -96,6 +96,9 @@ def _serve(args: argparse.Namespace) -> int:
         # Past our own app-level idle close, so that one (4000, clear reason) wins.
         ws_ping_timeout=settings.idle_timeout,
         timeout_graceful_shutdown=5,
+        # Yjs updates are small and already compact; deflating each copy per recipient costs
+        # CPU on the fan-out path for nothing.
+        ws_per_message_deflate=False,
     )
     server = uvicorn.Server(config)
     logging.getLogger("tether").info(

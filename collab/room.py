@@ -169,9 +169,13 @@ class Room:
         entry = acks.push(done=False, applied=False)
         self._persist(update, acks, entry, received=time.perf_counter())
 
-    def apply_server_update(self, update: bytes, origin: object) -> asyncio.Future[int]:
-        """An edit made by the server itself (e.g. an accepted AI suggestion): stored, broadcast."""
-        apply_update(self.doc, update, origin=origin)
+    def edit(self, change: Callable[[Doc], None], origin: object) -> asyncio.Future[int]:
+        """An edit made by the server itself (e.g. an accepted AI suggestion), in one transaction
+        with ``origin``: broadcast to every peer, stored; the future resolves once durable."""
+        before = self.doc.get_state()
+        with self.doc.transaction(origin=origin):
+            change(self.doc)
+        update = self.doc.get_update(before)
         self.last_change = time.time()
         self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
         self._hooks.on_change(self, update, origin)

@@ -1,0 +1,360 @@
+"""The AI extension: suggestion requests arriving on a document's Stateless frames, served from
+the server-held document through the scheduler and a provider, streamed back on the same socket.
+
+Attached to collab through hooks; never runs on the sync path: ``on_change`` only marks state
+dirty and schedules a coalesced check for stale in-flight requests. Knows nothing of frames:
+replies go through ``peer.send_stateless``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pycrdt import Assoc, Doc, StickyIndex, Text
+
+from protocol.ai import (
+    Accept,
+    Cancel,
+    InvalidAiMessage,
+    Suggest,
+    SuggestionDelta,
+    SuggestionEnd,
+    SuggestionError,
+    SuggestionStart,
+    decode_client_message,
+)
+
+from .context import BuiltPrompt, ContextBuilder
+from .errors import AiError, BadRequest, Forbidden, ProviderTimeout
+from .metrics import AiMetrics
+from .positions import index_to_utf8, utf16_to_index
+from .providers.base import Cancellation, GenerationRequest, Provider
+from .regions import RegionIndex
+from .scheduler import INTERACTIVE, Scheduler
+from .streamer import stream_coalesced
+
+if TYPE_CHECKING:
+    from collab.peer import Peer
+    from collab.room import Room
+
+log = logging.getLogger(__name__)
+
+TEXT_NAME = "content"
+AI_ORIGIN = "ai"
+MAX_REMEMBERED = 16  # finished suggestions an editor can still accept
+
+
+@dataclass(frozen=True, slots=True)
+class AiSettings:
+    default_max_tokens: int = 24
+    coalesce_seconds: float = 0.05
+    request_timeout: float = 60.0
+    queue_limit: int = 8
+    context_budget_tokens: int = 700
+
+
+@dataclass(eq=False)
+class Suggestion:
+    request: Suggest
+    peer: Peer
+    room: Room
+    prompt: BuiltPrompt
+    # Where the text goes: the cursor (complete) or the selection (rewrite), as Yjs relative
+    # positions so they survive concurrent edits.
+    start: StickyIndex
+    end: StickyIndex | None
+    requested_at: float
+    cancel: Cancellation = field(default_factory=Cancellation)
+    text: str = ""
+    finished: bool = False
+    job: asyncio.Future[Any] | None = None
+
+
+@dataclass
+class _RoomState:
+    regions: RegionIndex
+    active: dict[tuple[int, str], Suggestion] = field(default_factory=dict)
+    check_scheduled: bool = False
+
+
+class AiEngine:
+    def __init__(
+        self,
+        provider: Provider,
+        scheduler: Scheduler,
+        metrics: AiMetrics,
+        settings: AiSettings | None = None,
+        *,
+        count_tokens: Any = None,
+    ) -> None:
+        self.provider = provider
+        self.scheduler = scheduler
+        self.metrics = metrics
+        self.settings = settings or AiSettings()
+        self._count_tokens = count_tokens or _approximate_tokens
+        self.builder = ContextBuilder(
+            self._count_tokens, budget_tokens=self.settings.context_budget_tokens
+        )
+        self._rooms: dict[str, _RoomState] = {}
+        # (peer id, request id) → suggestion; in flight or finished and still acceptable
+        self._by_peer: dict[int, dict[str, Suggestion]] = {}
+        self._current: dict[tuple[str, int], Suggestion] = {}  # one in flight per editor+doc
+
+    # ---- hooks ------------------------------------------------------------------------------
+
+    async def on_stateless(self, room: Room, peer: Peer, payload: str) -> None:
+        try:
+            message = decode_client_message(payload)
+        except InvalidAiMessage as exc:
+            self._error(peer, exc.request_id, "bad_request", str(exc))
+            return
+        try:
+            if isinstance(message, Suggest):
+                self._start(room, peer, message)
+            elif isinstance(message, Cancel):
+                self._cancel(peer, message.id, "cancelled")
+            elif isinstance(message, Accept):
+                await self._accept(room, peer, message.id)
+        except AiError as exc:
+            self._error(peer, message.id, exc.code, str(exc))
+
+    def on_change(self, room: Room, update: bytes, origin: object) -> None:
+        state = self._rooms.get(room.name)
+        if state is None:
+            return
+        state.regions.mark_dirty()
+        if state.active and not state.check_scheduled:
+            state.check_scheduled = True
+            asyncio.get_running_loop().call_soon(self._check_stale, room, state)
+
+    def on_detach(self, room: Room, peer: Peer) -> None:
+        for suggestion in list(self._by_peer.pop(peer.peer_id, {}).values()):
+            self._stop(suggestion, "cancelled", notify=False)
+
+    async def on_unload(self, room: Room) -> None:
+        self._rooms.pop(room.name, None)
+
+    # ---- requests ---------------------------------------------------------------------------
+
+    def _start(self, room: Room, peer: Peer, request: Suggest) -> None:
+        text_type = room.doc.get(TEXT_NAME, type=Text)
+        text = str(text_type)
+        state = self._room_state(room)
+        if request.kind == "rewrite":
+            assert request.start is not None and request.end is not None
+            begin = utf16_to_index(text, request.start)
+            finish = utf16_to_index(text, request.end)
+            prompt = self.builder.rewrite(text, begin, finish)
+            start = _sticky(text_type, text, begin, Assoc.AFTER)
+            end: StickyIndex | None = _sticky(text_type, text, finish, Assoc.BEFORE)
+        else:
+            cursor = self._cursor(room.doc, text_type, text, request)
+            prompt = self.builder.complete(state.regions, text, cursor)
+            start = _sticky(text_type, text, cursor, Assoc.BEFORE)
+            end = None
+        previous = self._current.get((room.name, peer.peer_id))
+        if previous is not None and not previous.finished:
+            self._stop(previous, "superseded")
+        suggestion = Suggestion(request, peer, room, prompt, start, end, time.perf_counter())
+        max_tokens = request.max_tokens or self.settings.default_max_tokens
+        suggestion.job = self.scheduler.submit(
+            lambda: self._generate(suggestion, max_tokens), INTERACTIVE
+        )  # raises Busy at once when the queue is full
+        self.metrics.queue_depth.set(self.scheduler.depth)
+        self._remember(suggestion)
+        state.active[(peer.peer_id, request.id)] = suggestion
+        self._current[(room.name, peer.peer_id)] = suggestion
+        suggestion.job.add_done_callback(lambda job: self._job_done(suggestion, job))
+        peer.send_stateless(SuggestionStart(request.id, "model").encode())
+        self.metrics.requests.labels("ws", "model").inc()
+
+    def _cursor(self, doc: Doc, text_type: Text, text: str, request: Suggest) -> int:
+        if request.anchor is not None:
+            try:
+                sticky = StickyIndex.decode(
+                    base64.b64decode(request.anchor, validate=True), text_type
+                )
+                utf8_index = sticky.get_index()
+            except (binascii.Error, ValueError, RuntimeError) as exc:
+                raise BadRequest(
+                    "'anchor' is not a Yjs relative position of this document"
+                ) from exc
+            return len(text.encode("utf-8")[:utf8_index].decode("utf-8", errors="ignore"))
+        assert request.pos is not None
+        return utf16_to_index(text, request.pos)
+
+    async def _generate(self, suggestion: Suggestion, max_tokens: int) -> None:
+        request = suggestion.request
+        peer = suggestion.peer
+        generation = GenerationRequest(
+            prompt=suggestion.prompt.text,
+            session=f"{suggestion.room.name}\0{peer.peer_id}",
+            max_tokens=max_tokens,
+            stop=suggestion.prompt.stop,
+        )
+
+        def emit(text: str) -> None:
+            if not suggestion.finished:
+                suggestion.text += text
+                peer.send_stateless(SuggestionDelta(request.id, text).encode())
+
+        pieces = self.provider.stream(generation, suggestion.cancel)
+        try:
+            async with asyncio.timeout(self.settings.request_timeout):
+                result = await stream_coalesced(
+                    pieces, emit, interval=self.settings.coalesce_seconds
+                )
+        except TimeoutError as exc:
+            raise ProviderTimeout("the model did not finish in time") from exc
+        self.metrics.warm_hits.set(self.provider.warm_hits())
+        if result.first_piece_at is not None:
+            ttft = result.first_piece_at - suggestion.requested_at
+            self.metrics.ttft.labels(self.provider.name, "ws").observe(ttft)
+            for before, after in zip(result.piece_times, result.piece_times[1:], strict=False):
+                self.metrics.itl.labels(self.provider.name, "ws").observe(after - before)
+        else:
+            ttft = None
+        if not suggestion.finished:
+            suggestion.finished = True
+            self.metrics.outcomes.labels("done").inc()
+            peer.send_stateless(
+                SuggestionEnd(
+                    request.id,
+                    "done",
+                    None if ttft is None else round(ttft * 1000, 2),
+                    result.pieces,
+                ).encode()
+            )
+
+    def _job_done(self, suggestion: Suggestion, job: asyncio.Future[Any]) -> None:
+        self.metrics.queue_depth.set(self.scheduler.depth)
+        self._settle(suggestion)
+        if job.cancelled():
+            return
+        error = job.exception()
+        if error is None or suggestion.finished:
+            return
+        suggestion.finished = True
+        if isinstance(error, AiError):
+            self._error(suggestion.peer, suggestion.request.id, error.code, str(error))
+        else:
+            log.error("suggestion failed", exc_info=error)
+            self._error(suggestion.peer, suggestion.request.id, "internal", "suggestion failed")
+
+    def _settle(self, suggestion: Suggestion) -> None:
+        state = self._rooms.get(suggestion.room.name)
+        if state is not None:
+            state.active.pop((suggestion.peer.peer_id, suggestion.request.id), None)
+
+    def _stop(self, suggestion: Suggestion, reason: str, *, notify: bool = True) -> None:
+        """End an in-flight suggestion now (the model stops within one token)."""
+        suggestion.cancel.cancel()
+        if suggestion.job is not None:
+            suggestion.job.cancel()
+        if suggestion.finished:
+            return
+        suggestion.finished = True
+        self._settle(suggestion)
+        self.metrics.outcomes.labels(reason).inc()
+        if notify:
+            suggestion.peer.send_stateless(SuggestionEnd(suggestion.request.id, reason).encode())
+
+    def _cancel(self, peer: Peer, request_id: str, reason: str) -> None:
+        suggestion = self._by_peer.get(peer.peer_id, {}).get(request_id)
+        if suggestion is None:
+            raise BadRequest(f"no suggestion {request_id!r} to cancel")
+        self._stop(suggestion, reason)
+
+    def _check_stale(self, room: Room, state: _RoomState) -> None:
+        """After edits: cancel in-flight requests whose text before the cursor changed."""
+        state.check_scheduled = False
+        if not state.active:
+            return
+        text_type = room.doc.get(TEXT_NAME, type=Text)
+        text = str(text_type)
+        raw = text.encode("utf-8")
+        for suggestion in list(state.active.values()):
+            if suggestion.finished or suggestion.request.kind != "complete":
+                continue
+            cursor = len(raw[: suggestion.start.get_index()].decode("utf-8", errors="ignore"))
+            window = suggestion.prompt.window
+            if text[max(0, cursor - len(window)) : cursor] != window:
+                self._stop(suggestion, "cancelled")
+
+    # ---- accept -----------------------------------------------------------------------------
+
+    async def _accept(self, room: Room, peer: Peer, request_id: str) -> None:
+        if not peer.writable:
+            raise Forbidden("accepting a suggestion needs read-write scope")
+        suggestion = self._by_peer.get(peer.peer_id, {}).get(request_id)
+        if suggestion is None or suggestion.room is not room:
+            raise BadRequest(f"no suggestion {request_id!r} to accept")
+        if not suggestion.finished:
+            self._stop(suggestion, "cancelled", notify=False)  # take what has streamed so far
+        if not suggestion.text:
+            raise BadRequest("the suggestion has no text yet")
+        self._by_peer.get(peer.peer_id, {}).pop(request_id, None)
+        written = room.edit(lambda doc: _apply(doc, suggestion), origin=AI_ORIGIN)
+        await written
+        self.metrics.accepts.inc()
+        peer.send_stateless('{"type":"suggestion.accepted","id":' + _json_str(request_id) + "}")
+
+    # ---- bookkeeping ------------------------------------------------------------------------
+
+    def _room_state(self, room: Room) -> _RoomState:
+        state = self._rooms.get(room.name)
+        if state is None:
+            state = self._rooms[room.name] = _RoomState(RegionIndex(self._count_tokens))
+        return state
+
+    def _remember(self, suggestion: Suggestion) -> None:
+        mine = self._by_peer.setdefault(suggestion.peer.peer_id, {})
+        mine.pop(suggestion.request.id, None)
+        mine[suggestion.request.id] = suggestion
+        while len(mine) > MAX_REMEMBERED:
+            oldest = next(iter(mine))
+            self._stop(mine.pop(oldest), "cancelled", notify=False)
+
+    def _error(self, peer: Peer, request_id: str | None, code: str, message: str) -> None:
+        self.metrics.errors.labels(code).inc()
+        peer.send_stateless(SuggestionError(request_id, code, message).encode())
+
+    def close(self) -> None:
+        for suggestions in self._by_peer.values():
+            for suggestion in suggestions.values():
+                self._stop(suggestion, "cancelled", notify=False)
+
+
+def _apply(doc: Doc, suggestion: Suggestion) -> None:
+    text = doc.get(TEXT_NAME, type=Text)
+    start = suggestion.start.get_index()
+    if suggestion.end is not None:
+        end = max(start, suggestion.end.get_index())
+        if end > start:
+            del text[start:end]
+    text.insert(start, suggestion.text)
+
+
+def _sticky(text_type: Text, text: str, index: int, assoc: Assoc) -> StickyIndex:
+    utf8 = index_to_utf8(text, index)
+    # pycrdt panics on an AFTER-associated index at the very end (a Rust panic, BaseException).
+    if assoc == Assoc.AFTER and index >= len(text):
+        assoc = Assoc.BEFORE
+    if assoc == Assoc.BEFORE and utf8 == 0:
+        assoc = Assoc.AFTER if text else Assoc.BEFORE
+    return text_type.sticky_index(utf8, assoc)
+
+
+def _approximate_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def _json_str(value: str) -> str:
+    return json.dumps(value)
