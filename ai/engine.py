@@ -106,6 +106,7 @@ class AiEngine:
         # (peer id, request id) → suggestion; in flight or finished and still acceptable
         self._by_peer: dict[int, dict[str, Suggestion]] = {}
         self._current: dict[tuple[str, int], Suggestion] = {}  # one in flight per editor+doc
+        self._tasks: set[asyncio.Future[None]] = set()
 
     # ---- hooks ------------------------------------------------------------------------------
 
@@ -121,9 +122,21 @@ class AiEngine:
             elif isinstance(message, Cancel):
                 self._cancel(peer, message.id, "cancelled")
             elif isinstance(message, Accept):
-                await self._accept(room, peer, message.id)
+                # Off the connection's receive loop: the accept waits for its write to be durable.
+                task = asyncio.ensure_future(self._accept_reporting(room, peer, message.id))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
         except AiError as exc:
             self._error(peer, message.id, exc.code, str(exc))
+
+    async def _accept_reporting(self, room: Room, peer: Peer, request_id: str) -> None:
+        try:
+            await self._accept(room, peer, request_id)
+        except AiError as exc:
+            self._error(peer, request_id, exc.code, str(exc))
+        except Exception:
+            log.exception("accepting a suggestion failed")
+            self._error(peer, request_id, "internal", "accepting the suggestion failed")
 
     def on_change(self, room: Room, update: bytes, origin: object) -> None:
         state = self._rooms.get(room.name)

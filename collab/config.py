@@ -32,6 +32,20 @@ class Settings:
     send_queue_frames: int = 2048
     unload_grace: float = 5.0
     compact_threshold: int = 500
+    # AI suggestions: "local" (embedded SmolLM2 via llama.cpp), "openai" (any OpenAI-compatible
+    # upstream), "none"; "scripted" is a fake for tests of the streaming mechanics only.
+    ai_provider: str = "local"
+    ai_model_path: str = ""
+    ai_threads: int = 2
+    ai_max_tokens: int = 24
+    ai_queue_limit: int = 8
+    ai_coalesce_ms: float = 50.0
+    ai_timeout: float = 60.0
+    ai_script: str = ""
+    openai_base_url: str = ""
+    openai_model: str = ""
+    openai_api_key: str = ""
+    openai_api: str = "chat"
 
     def with_overrides(self, **values: Any) -> Settings:
         known = {f.name for f in fields(self)}
@@ -46,6 +60,10 @@ class Settings:
                 "auth 'jwt' needs --jwt-secret (or TETHER_JWT_SECRET) of at least 32 characters;"
                 " use --auth none for local use without tokens"
             )
+        if self.ai_provider not in ("local", "openai", "scripted", "none"):
+            raise ValueError("ai_provider must be local, openai, scripted or none")
+        if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
+            raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 

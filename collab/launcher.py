@@ -70,6 +70,8 @@ class ServerProcess:
             TETHER_AUTH=self.auth,
             TETHER_JWT_SECRET=self.secret,
             TETHER_LOG_LEVEL="warning",
+            # Most tests and the sync bench need no model; AI tests ask for one explicitly.
+            TETHER_AI_PROVIDER="none",
         )
         for key, value in self.settings.items():
             env["TETHER_" + key.upper()] = str(value)

@@ -87,7 +87,7 @@ def create_app(
     metrics = Metrics()
     ProcessCollector(registry=metrics.registry)
     authenticator = Authenticator(settings.auth, settings.jwt_secret)
-    holder: dict[str, ServerContext] = {}
+    holder: dict[str, Any] = {}
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -97,8 +97,10 @@ def create_app(
                 "can read and edit every document"
             )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        backend = store or SQLiteStore(settings.data_dir / "tether.db")
-        async with backend:
+        async with contextlib.AsyncExitStack() as stack:
+            backend = await stack.enter_async_context(
+                store or SQLiteStore(settings.data_dir / "tether.db")
+            )
             rooms = RoomManager(
                 backend,
                 hooks=hooks,
@@ -106,12 +108,14 @@ def create_app(
                 unload_grace=settings.unload_grace,
                 compact_threshold=settings.compact_threshold,
             )
+            stack.push_async_callback(rooms.close)
+            engine = await _start_ai(settings, stack, metrics)
+            if engine is not None:
+                hooks.add(engine)
             holder["ctx"] = ServerContext(settings, authenticator, rooms, hooks, metrics, backend)
+            holder["ai"] = engine
             app.state.ctx = holder["ctx"]
-            try:
-                yield
-            finally:
-                await rooms.close()
+            yield
 
     async def ws_endpoint(ws: _AsgiWebSocket) -> None:
         await ws.accept()
@@ -200,6 +204,23 @@ def create_app(
             await ws.refuse(1008, "no such endpoint")
 
     return app
+
+
+async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metrics: Metrics) -> Any:
+    """The AI engine on the configured provider, or None when AI is off."""
+    from ai.factory import build_engine, build_provider
+    from ai.scheduler import Scheduler
+
+    provider = build_provider(settings)
+    if provider is None:
+        log.info("AI suggestions are off (--ai-provider none)")
+        return None
+    await stack.enter_async_context(provider)
+    scheduler = await stack.enter_async_context(Scheduler(settings.ai_queue_limit))
+    engine = build_engine(settings, provider, scheduler, metrics.registry)
+    stack.callback(engine.close)
+    log.info("AI suggestions from the %r provider", provider.name)
+    return engine
 
 
 def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:

@@ -1,0 +1,64 @@
+"""Builds the configured provider and the engine; the app wiring's one call into ``ai``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .engine import AiEngine, AiSettings
+from .metrics import AiMetrics
+from .providers.base import Provider
+from .scheduler import Scheduler
+
+
+def build_provider(settings: Any) -> Provider | None:
+    kind = settings.ai_provider
+    if kind == "none":
+        return None
+    if kind == "local":
+        from .providers.local import LocalProvider
+
+        path = Path(settings.ai_model_path) if settings.ai_model_path else None
+        return LocalProvider(path, threads=settings.ai_threads)
+    if kind == "openai":
+        from .providers.openai import OpenAIProvider
+
+        return OpenAIProvider(
+            settings.openai_base_url,
+            settings.openai_model,
+            api_key=settings.openai_api_key,
+            api=settings.openai_api,
+            timeout=settings.ai_timeout,
+        )
+    if kind == "scripted":
+        from .providers.scripted import ScriptedProvider
+
+        script = json.loads(settings.ai_script or "{}")
+        return ScriptedProvider(
+            script.get("pieces"),
+            delay=float(script.get("delay", 0.0)),
+            fail_with=script.get("fail"),
+        )
+    raise ValueError(f"unknown ai provider {kind!r}")
+
+
+def build_engine(
+    settings: Any, provider: Provider, scheduler: Scheduler, registry: Any
+) -> AiEngine:
+    count_tokens = None
+    tokenize = getattr(provider, "tokenize", None)
+    if tokenize is not None:
+        count_tokens = lambda text: len(tokenize(text))  # noqa: E731 - the real tokenizer
+    return AiEngine(
+        provider,
+        scheduler,
+        AiMetrics(registry),
+        AiSettings(
+            default_max_tokens=settings.ai_max_tokens,
+            coalesce_seconds=settings.ai_coalesce_ms / 1000,
+            request_timeout=settings.ai_timeout,
+            queue_limit=settings.ai_queue_limit,
+        ),
+        count_tokens=count_tokens,
+    )
