@@ -32,13 +32,13 @@ from protocol.ai import (
 )
 
 from .context import BuiltPrompt, ContextBuilder
-from .errors import AiError, BadRequest, Forbidden, ProviderTimeout
+from .errors import AiError, BadRequest, Forbidden
+from .generation import run_generation
 from .metrics import AiMetrics
 from .positions import index_to_utf8, utf16_to_index
 from .providers.base import Cancellation, GenerationRequest, Provider
 from .regions import RegionIndex
 from .scheduler import INTERACTIVE, Scheduler
-from .streamer import stream_coalesced
 
 if TYPE_CHECKING:
     from collab.peer import Peer
@@ -218,22 +218,17 @@ class AiEngine:
                 suggestion.text += text
                 peer.send_stateless(SuggestionDelta(request.id, text).encode())
 
-        pieces = self.provider.stream(generation, suggestion.cancel)
-        try:
-            async with asyncio.timeout(self.settings.request_timeout):
-                result = await stream_coalesced(
-                    pieces, emit, interval=self.settings.coalesce_seconds
-                )
-        except TimeoutError as exc:
-            raise ProviderTimeout("the model did not finish in time") from exc
-        self.metrics.warm_hits.set(self.provider.warm_hits())
-        if result.first_piece_at is not None:
-            ttft = result.first_piece_at - suggestion.requested_at
-            self.metrics.ttft.labels(self.provider.name, "ws").observe(ttft)
-            for before, after in zip(result.piece_times, result.piece_times[1:], strict=False):
-                self.metrics.itl.labels(self.provider.name, "ws").observe(after - before)
-        else:
-            ttft = None
+        result, ttft = await run_generation(
+            self.provider,
+            generation,
+            suggestion.cancel,
+            emit,
+            interval=self.settings.coalesce_seconds,
+            timeout=self.settings.request_timeout,
+            metrics=self.metrics,
+            requested_at=suggestion.requested_at,
+            path="ws",
+        )
         if not suggestion.finished:
             suggestion.finished = True
             self.metrics.outcomes.labels("done").inc()

@@ -4,8 +4,11 @@ the work to plain objects (connections, rooms, the store).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -14,16 +17,17 @@ from prometheus_client import ProcessCollector
 from pycrdt import Text
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from protocol.ai import InvalidAiMessage, Suggest, decode_client_message
 from protocol.errors import DecodeError
 
 from .auth import Authenticator, AuthError, Grant
 from .close_codes import UNAUTHORIZED
 from .config import Settings
-from .context import ServerContext
+from .context import ServerContext, valid_document_name
 from .hooks import Hooks
 from .metrics import Metrics
 from .mux_connection import MuxConnection
@@ -171,6 +175,47 @@ def create_app(
         text = str(room.doc.get(TEXT_NAME, type=Text))
         return JSONResponse({"name": name, "text": text, "peers": len(room.peers)})
 
+    async def suggest_endpoint(request: Request) -> Response:
+        grant = _bearer_grant(request, authenticator)
+        if grant is None:
+            return _unauthorized()
+        engine = holder.get("ai")
+        if engine is None:
+            return JSONResponse({"error": "AI suggestions are off on this server"}, status_code=503)
+        try:
+            body = json.loads(await _read_body(request, settings.max_frame_bytes))
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+            document = body.get("doc")
+            if not isinstance(document, str) or not valid_document_name(document):
+                raise ValueError("'doc' must name a document")
+            uploaded = body.get("text")
+            if uploaded is not None and not isinstance(uploaded, str):
+                raise ValueError("'text' must be a string")
+            fields = {k: v for k, v in body.items() if k not in ("doc", "text", "baseline")}
+            fields.setdefault("id", "http-" + secrets.token_hex(6))
+            suggestion = decode_client_message(json.dumps({**fields, "type": "suggest"}))
+        except (ValueError, InvalidAiMessage) as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        if not isinstance(suggestion, Suggest):
+            return JSONResponse({"error": "only 'suggest' requests go here"}, status_code=400)
+        try:
+            authenticator.check(grant, document)
+        except AuthError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=403)
+        if uploaded is None:
+            room = await holder["ctx"].rooms.acquire(document)
+            text, session = (
+                str(room.doc.get(TEXT_NAME, type=Text)),
+                f"{document}\0http:{grant.subject}",
+            )
+            cold = bool(body.get("baseline"))
+        else:
+            text, session, cold = uploaded, "http-baseline", True
+        return StreamingResponse(
+            _sse(engine, suggestion, text, session, cold), media_type="text/event-stream"
+        )
+
     async def index(request: Request) -> Response:
         return HTMLResponse(
             "<!doctype html><title>tether</title><h1>tether</h1>"
@@ -183,6 +228,7 @@ def create_app(
         Route("/health", health),
         Route("/metrics", metrics_endpoint),
         Route("/api/documents", list_documents),
+        Route("/api/suggest", suggest_endpoint, methods=["POST"]),
         Route("/api/documents/{name:path}", get_document),
     ]
     http_app = Starlette(routes=routes, lifespan=lifespan)
@@ -221,6 +267,36 @@ async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metric
     stack.callback(engine.close)
     log.info("AI suggestions from the %r provider", provider.name)
     return engine
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ValueError("request body too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _sse(
+    engine: Any, suggestion: Suggest, text: str, session: str, cold: bool
+) -> AsyncIterator[str]:
+    """The suggestion's messages as SSE ``data:`` lines; a client that leaves cancels it."""
+    from ai.http_path import stream_http_suggestion
+
+    messages: asyncio.Queue[str | None] = asyncio.Queue()
+    task = asyncio.ensure_future(
+        stream_http_suggestion(
+            engine, suggestion, text=text, session=session, cold=cold, send=messages.put_nowait
+        )
+    )
+    task.add_done_callback(lambda _t: messages.put_nowait(None))
+    try:
+        while (message := await messages.get()) is not None:
+            yield f"data: {message}\n\n"
+    finally:
+        task.cancel()
 
 
 def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:

@@ -20,6 +20,9 @@ class GenerationRequest:
     session: str
     max_tokens: int
     stop: tuple[str, ...] = ()
+    # Evaluate the whole prompt from scratch, reusing nothing: the request-per-suggestion
+    # baseline the benchmark compares against.
+    cold: bool = False
 
 
 class Cancellation:

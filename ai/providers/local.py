@@ -152,7 +152,10 @@ class LocalProvider(Provider):
         self, request: GenerationRequest, cancel: Cancellation, put: Callable[[object], None]
     ) -> None:
         try:
-            self._switch_to(request.session)
+            if request.cold:
+                self._go_cold()
+            else:
+                self._switch_to(request.session)
             if cancel.cancelled:
                 return
             budget = self.context_tokens - request.max_tokens - 8
@@ -175,6 +178,13 @@ class LocalProvider(Provider):
             put(exc)
         finally:
             put(_DONE)
+
+    def _go_cold(self) -> None:
+        """Forget the evaluated sequence so the next prompt is evaluated in full."""
+        if self._current is not None:
+            self._states.put(self._current, self._llm.save_state())
+        self._llm.reset()
+        self._current = None
 
     def _switch_to(self, session: str) -> None:
         """Make ``session``'s warm state the loaded one (runs on the model thread)."""

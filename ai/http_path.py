@@ -1,0 +1,90 @@
+"""The HTTP suggestion path: one request, one SSE stream of the same JSON messages as the socket.
+
+It serves clients without WebSockets (server-held document, warm state per subject), and with
+``text`` in the request it is the request-per-suggestion baseline of ``tether bench ai``: the
+uploaded text, a prompt rebuilt from scratch and a cold model, every time. Knows nothing of
+Starlette: ``send`` gets each message's JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from protocol.ai import Suggest, SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
+
+from .engine import AiEngine
+from .errors import AiError, BadRequest
+from .generation import run_generation
+from .positions import utf16_to_index
+from .providers.base import Cancellation, GenerationRequest
+from .regions import RegionIndex
+from .scheduler import INTERACTIVE
+
+
+async def stream_http_suggestion(
+    engine: AiEngine,
+    request: Suggest,
+    *,
+    text: str,
+    session: str,
+    cold: bool,
+    send: Callable[[str], None],
+) -> None:
+    requested_at = time.perf_counter()
+    engine.metrics.requests.labels("http", "model").inc()
+    try:
+        prompt = _prompt(engine, request, text)
+    except AiError as exc:
+        send(SuggestionError(request.id, exc.code, str(exc)).encode())
+        return
+    cancel = Cancellation()
+    generation = GenerationRequest(
+        prompt=prompt.text,
+        session=session,
+        max_tokens=request.max_tokens or engine.settings.default_max_tokens,
+        stop=prompt.stop,
+        cold=cold,
+    )
+    path = "http-baseline" if cold else "http"
+    send(SuggestionStart(request.id, "model").encode())
+    job: asyncio.Future[object] | None = None
+    try:
+        job = engine.scheduler.submit(
+            lambda: run_generation(
+                engine.provider,
+                generation,
+                cancel,
+                lambda piece: send(SuggestionDelta(request.id, piece).encode()),
+                interval=engine.settings.coalesce_seconds,
+                timeout=engine.settings.request_timeout,
+                metrics=engine.metrics,
+                requested_at=requested_at,
+                path=path,
+            ),
+            INTERACTIVE,
+        )
+        result, ttft = await job  # type: ignore[misc]
+    except AiError as exc:
+        engine.metrics.errors.labels(exc.code).inc()
+        send(SuggestionError(request.id, exc.code, str(exc)).encode())
+        return
+    finally:
+        cancel.cancel()
+        if job is not None and not job.done():
+            job.cancel()  # the HTTP client went away
+    ttft_ms = None if ttft is None else round(ttft * 1000, 2)
+    send(SuggestionEnd(request.id, "done", ttft_ms, result.pieces).encode())
+
+
+def _prompt(engine: AiEngine, request: Suggest, text: str):
+    if request.kind == "rewrite":
+        assert request.start is not None and request.end is not None
+        return engine.builder.rewrite(
+            text, utf16_to_index(text, request.start), utf16_to_index(text, request.end)
+        )
+    if request.pos is None:
+        raise BadRequest("the HTTP path takes 'pos', not 'anchor'")
+    regions = RegionIndex(engine.builder.count_tokens)  # rebuilt from scratch, every request
+    return engine.builder.complete(regions, text, utf16_to_index(text, request.pos))

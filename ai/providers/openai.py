@@ -1,0 +1,341 @@
+"""An OpenAI-compatible upstream (vLLM, Ollama, a llama.cpp server, a hosted API) streamed over
+one pooled keep-alive HTTP client; owns the wire format (SSE, ChatML to messages) and the error
+mapping at that boundary. Knows nothing of documents, editors or sockets.
+
+Chat prefill: the prompt from ``ai/context.py`` ends with an open assistant turn holding the
+document text before the cursor. For the chat API that text becomes a final assistant message so
+the upstream continues it. Ollama and the llama.cpp server continue such a message; vLLM does so
+only with ``extra_body={"continue_final_message": True, "add_generation_prompt": False}``; hosted
+APIs usually ignore the prefill and answer afresh. ``api="completions"`` sends the ChatML prompt
+as is and is the exact choice where the upstream supports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import json
+import logging
+import random
+import re
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+
+from ..errors import ProviderError, ProviderTimeout, ProviderUnavailable
+from .base import Cancellation, GenerationRequest, Provider
+
+log = logging.getLogger(__name__)
+
+APIS = {"chat": "chat/completions", "completions": "completions"}
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+MAX_STOPS = 4  # OpenAI rejects more than four stop sequences
+DETAIL_CHARS = 200  # the most of an upstream's error text that reaches an editor
+BACKOFF_SECONDS = 0.05  # first connect retry waits about this long, doubling after
+DRAIN_SECONDS = 0.5  # after [DONE], how long to wait for the body's end to keep the connection
+MAX_LINE_BYTES = 1 << 20  # an SSE line longer than this is a broken upstream, not a token
+
+
+class OpenAIProvider(Provider):
+    """Streams from ``{base_url}/v1/chat/completions`` or ``/v1/completions`` (a ``base_url``
+    that already ends in ``/v1`` is used as is). One ``httpx.AsyncClient`` per ``async with``."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str = "",
+        api: str = "chat",
+        timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        max_connections: int = 16,
+        retries: int = 2,
+        http2: bool = True,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        if api not in APIS:
+            raise ValueError(f"api must be one of {sorted(APIS)}, not {api!r}")
+        url = httpx.URL(base_url)
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ValueError(f"base_url must be an http(s) URL, not {base_url!r}")
+        root = url.path.rstrip("/")
+        self.url = url.copy_with(path=f"{root if root.endswith('/v1') else root + '/v1'}/")
+        self.endpoint = APIS[api]
+        self.model = model
+        self.api = api
+        self.timeout = timeout
+        self.connect_timeout = connect_timeout
+        self.max_connections = max_connections
+        self.retries = retries
+        # h2 is optional: without it the same pool speaks HTTP/1.1 keep-alive.
+        self.http2 = http2 and importlib.util.find_spec("h2") is not None
+        self.extra_body = dict(extra_body or {})
+        self._api_key = api_key
+        self._client: httpx.AsyncClient | None = None
+        self.attempts = 0  # every try to send, connect retries included
+        self.requests_sent = 0  # requests whose headers reached the upstream
+        self.connections_opened = 0
+
+    async def __aenter__(self) -> OpenAIProvider:
+        # identity: a compressing proxy would hold tokens back until its buffer fills.
+        headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        self._client = httpx.AsyncClient(
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+            limits=httpx.Limits(
+                max_connections=self.max_connections,
+                max_keepalive_connections=self.max_connections,
+            ),
+            http2=self.http2,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
+
+    def body(self, request: GenerationRequest) -> dict[str, Any]:
+        """The JSON sent upstream for ``request`` (public so tests and logs can show it)."""
+        body: dict[str, Any] = {
+            "model": self.model,
+            "stream": True,
+            "max_tokens": request.max_tokens,
+            "temperature": 0,
+        }
+        if self.api == "chat":
+            body["messages"] = chatml_to_messages(request.prompt)
+            # The upstream's chat template ends the turn itself; ChatML markers mean nothing there.
+            stop = [s for s in request.stop if s and IM_START not in s and IM_END not in s]
+        else:
+            body["prompt"] = request.prompt
+            stop = [s for s in request.stop if s]
+        if stop:
+            body["stop"] = stop[:MAX_STOPS]
+        body.update(self.extra_body)
+        return body
+
+    async def stream(self, request: GenerationRequest, cancel: Cancellation) -> AsyncIterator[str]:
+        response = await self._send(self.body(request), cancel)
+        if response is None:
+            return
+        try:
+            if not response.is_success:
+                raise ProviderUnavailable(await _status_message(response))
+            decoder = SseDecoder()
+            async with contextlib.aclosing(response.aiter_bytes()) as chunks:
+                try:
+                    async for chunk in chunks:
+                        for data in decoder.feed(chunk):
+                            if cancel.cancelled:
+                                return
+                            if data == "[DONE]":
+                                await _drain(chunks)
+                                return
+                            text = event_text(data, self.api)
+                            if text:
+                                yield text
+                    for data in decoder.close():
+                        if data != "[DONE]" and not cancel.cancelled:
+                            text = event_text(data, self.api)
+                            if text:
+                                yield text
+                except httpx.TimeoutException as exc:
+                    raise ProviderTimeout(
+                        f"the upstream sent nothing for {self.timeout:g}s mid-stream"
+                    ) from exc
+                except httpx.TransportError as exc:
+                    raise ProviderError("the upstream connection broke mid-stream") from exc
+        finally:
+            # Unread body left: httpx drops the connection rather than return it dirty.
+            await response.aclose()
+
+    async def _send(self, body: dict[str, Any], cancel: Cancellation) -> httpx.Response | None:
+        """Send with retries on connect failures only: nothing reached the upstream yet, so a
+        retry cannot run a generation twice. None when cancelled before an answer."""
+        if self._client is None:
+            raise ProviderUnavailable("the OpenAI provider is not started (use async with)")
+        request = self._client.build_request(
+            "POST", self.endpoint, json=body, extensions={"trace": self._trace}
+        )
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1) * random.uniform(0.5, 1.5))
+            if cancel.cancelled:
+                return None
+            self.attempts += 1
+            try:
+                return await self._client.send(request, stream=True)
+            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+                if attempt == self.retries:
+                    raise ProviderUnavailable(
+                        f"cannot connect to the upstream at {self._where()}"
+                        f" ({attempt + 1} attempts)"
+                    ) from exc
+            except httpx.PoolTimeout as exc:
+                raise ProviderUnavailable(
+                    f"all {self.max_connections} upstream connections stayed busy"
+                ) from exc
+            except httpx.TimeoutException as exc:
+                raise ProviderTimeout(
+                    f"the upstream did not answer within {self.timeout:g}s"
+                ) from exc
+            except httpx.TransportError as exc:
+                raise ProviderUnavailable(
+                    f"the upstream at {self._where()} failed before answering"
+                ) from exc
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _where(self) -> str:
+        port = self.url.port or (443 if self.url.scheme == "https" else 80)
+        return f"{self.url.host}:{port}"
+
+    async def _trace(self, event: str, info: dict[str, Any]) -> None:
+        # httpcore reports connection and request steps here; counting them costs nothing.
+        if event == "connection.connect_tcp.complete":
+            self.connections_opened += 1
+        elif event.endswith(".send_request_headers.complete"):
+            self.requests_sent += 1
+
+
+def chatml_to_messages(prompt: str) -> list[dict[str, str]]:
+    """Split a ChatML prompt into chat messages; a non-empty open last turn is kept (prefill).
+
+    Text without ChatML markers becomes one user message.
+    """
+    head, *turns = prompt.split(IM_START)
+    if not turns:
+        return [{"role": "user", "content": prompt}]
+    messages = []
+    if head.strip():
+        messages.append({"role": "user", "content": head})
+    for turn in turns:
+        role, _, rest = turn.partition("\n")
+        content, closed, _ = rest.partition(IM_END)
+        if closed or content:
+            messages.append({"role": role.strip() or "user", "content": content})
+    return messages
+
+
+def event_text(data: str, api: str) -> str:
+    """The generated text in one SSE event's JSON; ProviderError when it is not that shape."""
+    try:
+        event = json.loads(data)
+    except ValueError as exc:
+        raise ProviderError("the upstream sent a malformed event") from exc
+    if not isinstance(event, dict):
+        raise ProviderError("the upstream sent an event that is not a JSON object")
+    if event.get("error"):
+        raise ProviderError(f"the upstream failed mid-stream: {_detail(event)}")
+    choices = event.get("choices")
+    if not choices:
+        return ""  # e.g. a usage-only event
+    choice = choices[0] if isinstance(choices, list) else None
+    if not isinstance(choice, dict):
+        raise ProviderError("the upstream sent an event with malformed choices")
+    if api == "chat":
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else None
+    else:
+        text = choice.get("text")
+    return text if isinstance(text, str) else ""
+
+
+class SseDecoder:
+    """Response bytes in, ``data`` of complete server-sent events out; no I/O.
+
+    Splits lines on CR, LF or CRLF only (httpx's ``aiter_lines`` also splits on U+2028 and
+    friends, which JSON may carry unescaped) and joins multi-line data as the SSE spec says.
+    """
+
+    _LINE_END = re.compile(rb"\r\n|\r|\n")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[str]:
+        buffer = self._buffer + chunk
+        # A final CR may be half of a CRLF: decide when the next byte arrives.
+        held = b"\r" if buffer.endswith(b"\r") else b""
+        lines = self._LINE_END.split(buffer[: len(buffer) - len(held)])
+        self._buffer = lines.pop() + held
+        if len(self._buffer) > MAX_LINE_BYTES:
+            raise ProviderError("the upstream sent an over-long event line")
+        events = []
+        for line in lines:
+            data = self._line(line.decode("utf-8", "replace"))
+            if data is not None:
+                events.append(data)
+        return events
+
+    def close(self) -> list[str]:
+        """Events left at the end of the body (lenient: an unterminated last event counts)."""
+        events = self.feed(b"\n\n") if self._buffer or self._data else []
+        self._buffer = b""
+        return events
+
+    def _line(self, line: str) -> str | None:
+        if not line:
+            data, self._data = self._data, []
+            return "\n".join(data) if data else None
+        field, _, value = line.partition(":")
+        if field == "data":  # comments (":...") and other fields carry no tokens
+            self._data.append(value.removeprefix(" "))
+        return None
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the little left after [DONE] so the connection goes back to the pool."""
+    with contextlib.suppress(TimeoutError, httpx.HTTPError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            async for _ in chunks:
+                pass
+
+
+async def _status_message(response: httpx.Response) -> str:
+    status = f"{response.status_code} {response.reason_phrase}".strip()
+    raw = bytearray()
+    with contextlib.suppress(httpx.HTTPError):
+        async for chunk in response.aiter_bytes():
+            raw += chunk
+            if len(raw) >= 4 * DETAIL_CHARS:
+                break
+    detail = _detail(bytes(raw))
+    if response.status_code in (401, 403):
+        # Credential errors may quote the key: log them here, never send them to editors.
+        log.warning("upstream refused the credentials: %s %s", status, detail)
+        return f"the upstream refused the credentials ({status})"
+    log.warning("upstream answered %s: %s", status, detail)
+    message = f"the upstream answered {status}"
+    if response.status_code == 429 and response.headers.get("retry-after"):
+        message += f", retry after {response.headers['retry-after'][:16]}s"
+    return f"{message}: {detail}" if detail else message
+
+
+def _detail(body: bytes | dict[str, Any]) -> str:
+    """A short, printable summary of an upstream's error text."""
+    found: Any = body
+    if isinstance(body, bytes):
+        found = body.decode("utf-8", "replace")
+        with contextlib.suppress(ValueError):
+            found = json.loads(found)
+    if isinstance(found, dict):
+        for key in ("error", "detail", "message"):
+            if found.get(key):
+                found = found[key]
+                break
+        if isinstance(found, dict):
+            found = found.get("message", "")
+    text = " ".join(str(found).split())
+    text = "".join(ch for ch in text if ch.isprintable())
+    return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
