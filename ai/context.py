@@ -2,20 +2,22 @@
 
 Order, chosen so consecutive requests from one editor share the longest token prefix (the local
 provider then evaluates only the new tokens): the fixed prefix (system text, instruction;
-tokenized once at start), the document's opening region when it is not already in the window,
-then whole regions before the cursor, starting at a region boundary that stays put while the
-editor types on, and finally the text up to the cursor, which the model continues.
+tokenized once at start), then whole paragraphs before the cursor's (the opening one, and the
+nearest within a token budget) with recently edited ones last, and finally the cursor's own
+paragraph up to the cursor, which the model continues.
 Knows nothing of sockets or providers.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .regions import RegionIndex
+from .regions import Region, RegionIndex
 
-PROMPT_VERSION = "1"
+PROMPT_VERSION = "2"
+HOT_SECONDS = 30.0
 
 SYSTEM_COMPLETE = (
     "You are a writing assistant inside a collaborative editor. Continue the document exactly"
@@ -57,25 +59,36 @@ class ContextBuilder:
 
     def complete(self, regions: RegionIndex, text: str, cursor: int) -> BuiltPrompt:
         parts = regions.refresh(text)
+        window_text = text[max(0, cursor - 200) : cursor]
         if not parts:
             return BuiltPrompt(COMPLETE_PREFIX, "complete", "", STOP_COMPLETE, self.prefix_tokens)
         here = regions.region_at(max(cursor - 1, 0))
-        # Whole regions back from the cursor's, within budget: the start moves only when the
-        # budget forces it, so typing at the end keeps the prompt's prefix unchanged.
+        window = text[parts[here].start : cursor]  # the cursor's paragraph: always last
+        chosen, used = self._context_regions(parts, here)
+        # Stable paragraphs first, paragraphs edited in the last HOT_SECONDS after them (each
+        # group in document order): another editor typing above the cursor then invalidates
+        # only the tail of the prompt, not everything after the fixed prefix.
+        now = time.monotonic()
+        stable = [i for i in chosen if now - parts[i].born > HOT_SECONDS]
+        hot = [i for i in chosen if now - parts[i].born <= HOT_SECONDS]
+        body = "".join(parts[i].text for i in stable + hot) + window
+        tokens = self.prefix_tokens + used + parts[here].tokens
+        return BuiltPrompt(COMPLETE_PREFIX + body, "complete", window_text, STOP_COMPLETE, tokens)
+
+    def _context_regions(self, parts: list[Region], here: int) -> tuple[list[int], int]:
+        """Paragraphs before the cursor's, nearest first, within budget; plus the opening one."""
+        budget = self.budget_tokens - parts[here].tokens
+        chosen: list[int] = []
         used = 0
-        first = here
-        while first > 0 and used + parts[first - 1].tokens <= self.budget_tokens:
-            first -= 1
-            used += parts[first].tokens
-        body = text[parts[first].start : cursor]
-        head = ""
-        if first > 0:
-            head = parts[0].text.rstrip("\n") + "\n\n[…]\n\n"
-        prompt = COMPLETE_PREFIX + head + body
-        tokens = self.prefix_tokens + used + parts[here].tokens + (parts[0].tokens if head else 0)
-        return BuiltPrompt(
-            prompt, "complete", text[max(0, cursor - 200) : cursor], STOP_COMPLETE, tokens
-        )
+        for i in range(here - 1, -1, -1):
+            if used + parts[i].tokens > budget:
+                break
+            chosen.append(i)
+            used += parts[i].tokens
+        if here > 0 and 0 not in chosen:
+            chosen.append(0)  # the title or opening paragraph says what the document is
+            used += parts[0].tokens
+        return sorted(chosen), used
 
     def rewrite(self, text: str, start: int, end: int) -> BuiltPrompt:
         passage = text[start:end]

@@ -10,6 +10,7 @@ Knows nothing of models or sockets: token counting is a function handed in.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ class Region:
     start: int  # Python index of its first character in the document
     key: bytes
     tokens: int
+    born: float = 0.0  # when this exact text first appeared (monotonic seconds)
     extra: dict[str, object] = field(default_factory=dict)  # e.g. an embedding
 
     @property
@@ -53,8 +55,8 @@ class RegionIndex:
             known = self._by_key.get(key) or fresh.get(key)
             if known is None:
                 self.recomputed += 1
-                known = Region(part, start, key, self._count_tokens(part))
-            region = Region(part, start, key, known.tokens, known.extra)
+                known = Region(part, start, key, self._count_tokens(part), time.monotonic())
+            region = Region(part, start, key, known.tokens, known.born, known.extra)
             fresh[key] = region
             regions.append(region)
             start += len(part)

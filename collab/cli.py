@@ -72,12 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     from .bench_sync import add_sync_arguments
 
     add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
+    from .bench_ai import add_ai_arguments
+
+    add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "token":
         return _token(args)
+    if args.bench == "ai":
+        from .bench_ai import run_ai_bench
+
+        return run_ai_bench(args)
     from .bench_sync import run_sync_bench
 
     return run_sync_bench(args)

@@ -36,6 +36,7 @@ MAX_STOPS = 4  # OpenAI rejects more than four stop sequences
 DETAIL_CHARS = 200  # the most of an upstream's error text that reaches an editor
 BACKOFF_SECONDS = 0.05  # first connect retry waits about this long, doubling after
 DRAIN_SECONDS = 0.5  # after [DONE], how long to wait for the body's end to keep the connection
+ERROR_BODY_BYTES = 1 << 16  # read error answers whole up to this, so the connection is reused
 MAX_LINE_BYTES = 1 << 20  # an SSE line longer than this is a broken upstream, not a token
 
 
@@ -144,6 +145,8 @@ class OpenAIProvider(Provider):
                             text = event_text(data, self.api)
                             if text:
                                 yield text
+                                if cancel.cancelled:  # set while the consumer held the piece
+                                    return
                     for data in decoder.close():
                         if data != "[DONE]" and not cancel.cancelled:
                             text = event_text(data, self.api)
@@ -308,7 +311,7 @@ async def _status_message(response: httpx.Response) -> str:
     with contextlib.suppress(httpx.HTTPError):
         async for chunk in response.aiter_bytes():
             raw += chunk
-            if len(raw) >= 4 * DETAIL_CHARS:
+            if len(raw) > ERROR_BODY_BYTES:
                 break
     detail = _detail(bytes(raw))
     if response.status_code in (401, 403):

@@ -1,0 +1,160 @@
+"""The AI pipeline's pure parts: positions, regions, context order, streamer, scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ai.context import COMPLETE_PREFIX, ContextBuilder
+from ai.errors import BadRequest, Busy
+from ai.positions import index_to_utf8, index_to_utf16, utf16_to_index
+from ai.regions import RegionIndex, split_paragraphs
+from ai.scheduler import INTERACTIVE, PREFETCH, Scheduler
+from ai.streamer import stream_coalesced
+
+pytestmark = pytest.mark.anyio
+
+
+def count(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def test_utf16_positions_round_trip_through_emoji_and_astral_characters() -> None:
+    text = "héllo 😀𝄞 end"
+    for index in range(len(text) + 1):
+        assert utf16_to_index(text, index_to_utf16(text, index)) == index
+    assert utf16_to_index(text, 7) == 6  # inside 😀's surrogate pair: rounds down before it
+    assert index_to_utf8(text, 7) == len("héllo 😀".encode())
+
+
+def test_a_position_past_the_end_is_a_bad_request() -> None:
+    with pytest.raises(BadRequest):
+        utf16_to_index("abc", 4)
+
+
+def test_paragraphs_split_and_join_back_to_the_text() -> None:
+    text = "one\n\ntwo\n\n\nthree"
+    assert "".join(split_paragraphs(text)) == text
+    assert split_paragraphs(text) == ["one\n\n", "two\n\n\n", "three"]
+
+
+def test_only_changed_regions_are_recomputed() -> None:
+    regions = RegionIndex(count)
+    regions.refresh("alpha\n\nbeta\n\ngamma")
+    assert regions.recomputed == 3
+    regions.mark_dirty()
+    regions.refresh("alpha\n\nbeta!\n\ngamma")
+    assert regions.recomputed == 4  # only "beta!" is new
+
+
+def test_typing_at_the_end_keeps_the_prompt_prefix() -> None:
+    builder = ContextBuilder(count)
+    regions = RegionIndex(count)
+    text = "Title\n\nFirst paragraph.\n\nThe writer types here"
+    first = builder.complete(regions, text, len(text))
+    regions.mark_dirty()
+    longer = text + " and more"
+    second = builder.complete(regions, longer, len(longer))
+    assert first.text.startswith(COMPLETE_PREFIX)
+    assert second.text.startswith(first.text)
+
+
+def test_a_paragraph_edited_by_someone_else_moves_after_the_stable_ones() -> None:
+    builder = ContextBuilder(count)
+    regions = RegionIndex(count)
+    old = "Title\n\nStable middle.\n\nCursor paragraph"
+    builder.complete(regions, old, len(old))
+    for region in regions.regions:
+        region.born -= 3600  # make every current paragraph old and stable
+    regions._by_key = {r.key: r for r in regions.regions}
+    edited = "Title edited\n\nStable middle.\n\nCursor paragraph"
+    regions.mark_dirty()
+    prompt = builder.complete(regions, edited, len(edited)).text
+    body = prompt[len(COMPLETE_PREFIX) :]
+    assert body.index("Stable middle.") < body.index("Title edited") < body.index("Cursor")
+
+
+async def pieces(items: list[str], delay: float = 0.0) -> AsyncIterator[str]:
+    for item in items:
+        if delay:
+            await asyncio.sleep(delay)  # a model's pace
+        yield item
+
+
+async def test_the_first_piece_goes_out_alone_and_later_ones_are_coalesced() -> None:
+    frames: list[str] = []
+    result = await stream_coalesced(pieces(list("abcdefghij"), 0.002), frames.append, interval=0.05)
+    assert frames[0] == "a"
+    assert "".join(frames) == "abcdefghij"
+    assert len(frames) < 10
+    assert result.pieces == 10
+
+
+async def test_buffered_text_is_flushed_even_when_the_model_stalls() -> None:
+    gate = asyncio.Event()
+    flushed = asyncio.Event()
+    frames: list[str] = []
+
+    def emit(frame: str) -> None:
+        frames.append(frame)
+        if frames == ["a", "b"]:
+            flushed.set()
+
+    async def stalling() -> AsyncIterator[str]:
+        yield "a"
+        yield "b"
+        await gate.wait()  # the model stalls until "b" has gone out on its own
+        yield "c"
+
+    task = asyncio.ensure_future(stream_coalesced(stalling(), emit, interval=0.02))
+    async with asyncio.timeout(5):
+        await flushed.wait()
+    gate.set()
+    await task
+    assert frames == ["a", "b", "c"]
+
+
+async def test_a_full_queue_answers_busy_at_once_and_interactive_displaces_prefetch() -> None:
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await release.wait()
+        return "done"
+
+    async with Scheduler(max_queue=1) as scheduler:
+        running = scheduler.submit(slow)
+        async with asyncio.timeout(5):
+            await started.wait()
+        queued_prefetch = scheduler.submit(slow, PREFETCH)
+        with pytest.raises(Busy):
+            scheduler.submit(slow, PREFETCH)
+        interactive = scheduler.submit(slow, INTERACTIVE)  # evicts the queued prefetch
+        assert queued_prefetch.cancelled()
+        release.set()
+        assert await running == "done"
+        assert await interactive == "done"
+
+
+async def test_cancelling_a_queued_job_means_it_never_runs() -> None:
+    ran: list[str] = []
+    release = asyncio.Event()
+
+    async def blocker() -> None:
+        await release.wait()
+
+    async def job() -> None:
+        ran.append("ran")
+
+    async with Scheduler(max_queue=4) as scheduler:
+        first = scheduler.submit(blocker)
+        second = scheduler.submit(job)
+        second.cancel()
+        release.set()
+        await first
+        third = scheduler.submit(job)
+        await third
+    assert ran == ["ran"]
