@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pycrdt import Assoc, Doc, StickyIndex, Text
+from pycrdt import Doc, StickyIndex, Text
 
 from protocol.ai import (
     Accept,
@@ -31,6 +31,7 @@ from protocol.ai import (
     decode_client_message,
 )
 
+from .anchors import TextAnchor
 from .context import BuiltPrompt, ContextBuilder
 from .errors import AiError, BadRequest, Forbidden
 from .generation import run_generation
@@ -66,10 +67,10 @@ class Suggestion:
     peer: Peer
     room: Room
     prompt: BuiltPrompt
-    # Where the text goes: the cursor (complete) or the selection (rewrite), as Yjs relative
-    # positions so they survive concurrent edits.
-    start: StickyIndex
-    end: StickyIndex | None
+    # Where the text goes, found again after concurrent edits by the text around it: the
+    # cursor (complete), or the selection's start plus the selected passage (rewrite).
+    anchor: TextAnchor
+    passage: str | None
     requested_at: float
     cancel: Cancellation = field(default_factory=Cancellation)
     text: str = ""
@@ -150,6 +151,7 @@ class AiEngine:
     def on_detach(self, room: Room, peer: Peer) -> None:
         for suggestion in list(self._by_peer.pop(peer.peer_id, {}).values()):
             self._stop(suggestion, "cancelled", notify=False)
+        self._current.pop((room.name, peer.peer_id), None)
 
     async def on_unload(self, room: Room) -> None:
         self._rooms.pop(room.name, None)
@@ -160,22 +162,22 @@ class AiEngine:
         text_type = room.doc.get(TEXT_NAME, type=Text)
         text = str(text_type)
         state = self._room_state(room)
+        passage: str | None = None
         if request.kind == "rewrite":
             assert request.start is not None and request.end is not None
             begin = utf16_to_index(text, request.start)
             finish = utf16_to_index(text, request.end)
             prompt = self.builder.rewrite(text, begin, finish)
-            start = _sticky(text_type, text, begin, Assoc.AFTER)
-            end: StickyIndex | None = _sticky(text_type, text, finish, Assoc.BEFORE)
+            anchor = TextAnchor.at(text, begin)
+            passage = text[begin:finish]
         else:
-            cursor = self._cursor(room.doc, text_type, text, request)
+            cursor = self._cursor(text_type, text, request)
             prompt = self.builder.complete(state.regions, text, cursor)
-            start = _sticky(text_type, text, cursor, Assoc.BEFORE)
-            end = None
+            anchor = TextAnchor.at(text, cursor)
         previous = self._current.get((room.name, peer.peer_id))
         if previous is not None and not previous.finished:
             self._stop(previous, "superseded")
-        suggestion = Suggestion(request, peer, room, prompt, start, end, time.perf_counter())
+        suggestion = Suggestion(request, peer, room, prompt, anchor, passage, time.perf_counter())
         max_tokens = request.max_tokens or self.settings.default_max_tokens
         suggestion.job = self.scheduler.submit(
             lambda: self._generate(suggestion, max_tokens), INTERACTIVE
@@ -188,20 +190,22 @@ class AiEngine:
         peer.send_stateless(SuggestionStart(request.id, "model").encode())
         self.metrics.requests.labels("ws", "model").inc()
 
-    def _cursor(self, doc: Doc, text_type: Text, text: str, request: Suggest) -> int:
-        if request.anchor is not None:
-            try:
-                sticky = StickyIndex.decode(
-                    base64.b64decode(request.anchor, validate=True), text_type
-                )
-                utf8_index = sticky.get_index()
-            except (binascii.Error, ValueError, RuntimeError) as exc:
-                raise BadRequest(
-                    "'anchor' is not a Yjs relative position of this document"
-                ) from exc
-            return len(text.encode("utf-8")[:utf8_index].decode("utf-8", errors="ignore"))
-        assert request.pos is not None
-        return utf16_to_index(text, request.pos)
+    def _cursor(self, text_type: Text, text: str, request: Suggest) -> int:
+        if request.anchor is None:
+            assert request.pos is not None
+            return utf16_to_index(text, request.pos)
+        # A client's Yjs relative position, resolved by pycrdt (UTF-16 units). pycrdt 0.14 can
+        # panic (a BaseException) or mix units on some inputs (y-crdt/pycrdt#382): contain it.
+        try:
+            raw = base64.b64decode(request.anchor, validate=True)
+            units = StickyIndex.decode(raw, text_type).get_index()
+        except binascii.Error as exc:
+            raise BadRequest("'anchor' is not base64") from exc
+        except BaseException as exc:
+            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+                raise
+            raise BadRequest("'anchor' is not a Yjs relative position in this document") from exc
+        return utf16_to_index(text, units)
 
     async def _generate(self, suggestion: Suggestion, max_tokens: int) -> None:
         request = suggestion.request
@@ -281,19 +285,15 @@ class AiEngine:
         self._stop(suggestion, reason)
 
     def _check_stale(self, room: Room, state: _RoomState) -> None:
-        """After edits: cancel in-flight requests whose text before the cursor changed."""
+        """After edits: cancel in-flight completions whose text right at the cursor changed."""
         state.check_scheduled = False
         if not state.active:
             return
-        text_type = room.doc.get(TEXT_NAME, type=Text)
-        text = str(text_type)
-        raw = text.encode("utf-8")
+        text = str(room.doc.get(TEXT_NAME, type=Text))
         for suggestion in list(state.active.values()):
             if suggestion.finished or suggestion.request.kind != "complete":
                 continue
-            cursor = len(raw[: suggestion.start.get_index()].decode("utf-8", errors="ignore"))
-            window = suggestion.prompt.window
-            if text[max(0, cursor - len(window)) : cursor] != window:
+            if not suggestion.anchor.intact(text):
                 self._stop(suggestion, "cancelled")
 
     # ---- accept -----------------------------------------------------------------------------
@@ -305,11 +305,18 @@ class AiEngine:
         if suggestion is None or suggestion.room is not room:
             raise BadRequest(f"no suggestion {request_id!r} to accept")
         if not suggestion.finished:
-            self._stop(suggestion, "cancelled", notify=False)  # take what has streamed so far
+            # Take what has streamed so far; with nothing yet, the editor hears it ended.
+            self._stop(suggestion, "cancelled", notify=not suggestion.text)
         if not suggestion.text:
             raise BadRequest("the suggestion has no text yet")
+        current = str(room.doc.get(TEXT_NAME, type=Text))
+        where = suggestion.anchor.resolve(current)
+        if where is None:
+            raise BadRequest("the text around the suggestion changed; ask again")
+        if suggestion.passage is not None and not current.startswith(suggestion.passage, where):
+            raise BadRequest("the selected text changed; ask again")
         self._by_peer.get(peer.peer_id, {}).pop(request_id, None)
-        written = room.edit(lambda doc: _apply(doc, suggestion), origin=AI_ORIGIN)
+        written = room.edit(lambda doc: _apply(doc, suggestion, current, where), origin=AI_ORIGIN)
         await written
         self.metrics.accepts.inc()
         peer.send_stateless('{"type":"suggestion.accepted","id":' + _json_str(request_id) + "}")
@@ -340,24 +347,14 @@ class AiEngine:
                 self._stop(suggestion, "cancelled", notify=False)
 
 
-def _apply(doc: Doc, suggestion: Suggestion) -> None:
+def _apply(doc: Doc, suggestion: Suggestion, current: str, where: int) -> None:
+    """Insert (or replace the passage with) the suggestion; pycrdt counts UTF-8 bytes."""
     text = doc.get(TEXT_NAME, type=Text)
-    start = suggestion.start.get_index()
-    if suggestion.end is not None:
-        end = max(start, suggestion.end.get_index())
-        if end > start:
-            del text[start:end]
+    start = index_to_utf8(current, where)
+    if suggestion.passage:
+        end = index_to_utf8(current, where + len(suggestion.passage))
+        del text[start:end]
     text.insert(start, suggestion.text)
-
-
-def _sticky(text_type: Text, text: str, index: int, assoc: Assoc) -> StickyIndex:
-    utf8 = index_to_utf8(text, index)
-    # pycrdt panics on an AFTER-associated index at the very end (a Rust panic, BaseException).
-    if assoc == Assoc.AFTER and index >= len(text):
-        assoc = Assoc.BEFORE
-    if assoc == Assoc.BEFORE and utf8 == 0:
-        assoc = Assoc.AFTER if text else Assoc.BEFORE
-    return text_type.sticky_index(utf8, assoc)
 
 
 def _approximate_tokens(text: str) -> int:

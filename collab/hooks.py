@@ -45,7 +45,10 @@ class Hooks:
 
     async def on_stateless(self, room: Room, peer: Peer, payload: str) -> None:
         for ext in self._having("on_stateless"):
-            await ext.on_stateless(room, peer, payload)
+            try:
+                await ext.on_stateless(room, peer, payload)
+            except Exception:  # one extension's bug must not close the editor's socket
+                log.exception("on_stateless hook failed in %s", type(ext).__name__)
 
     def on_detach(self, room: Room, peer: Peer) -> None:
         for ext in self._having("on_detach"):

@@ -73,7 +73,8 @@ ClientAiMessage = Suggest | Cancel | Accept
 
 def _server_encode(kind: str, fields: dict[str, Any]) -> str:
     body = {"type": kind}
-    body.update({k: v for k, v in fields.items() if v is not None})
+    # Optional numbers are left out when unknown; "id" is always there (null if unknown).
+    body.update({k: v for k, v in fields.items() if v is not None or k == "id"})
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -108,7 +109,7 @@ class SuggestionEnd:
 
 @dataclass(frozen=True, slots=True)
 class SuggestionError:
-    id: str | None
+    id: str | None  # null when the request's id could not be read
     code: str
     message: str
 
@@ -184,6 +185,8 @@ def decode_server_message(payload: str) -> ServerAiMessage:
         body = json.loads(payload)
         cls = _SERVER_TYPES[body["type"]]
         known = {f: body[f] for f in cls.__dataclass_fields__ if f in body}
+        if cls is SuggestionError:
+            known.setdefault("id", None)
         return cls(**known)
     except (ValueError, KeyError, TypeError) as exc:
         raise InvalidAiMessage("malformed server message") from exc
