@@ -51,29 +51,78 @@ class BuiltPrompt:
     context_tokens: int
 
 
+@dataclass(slots=True)
+class ContextMemo:
+    """One editor's last context part (the paragraphs before its cursor's), for reuse."""
+
+    context: str = ""
+    tokens: int = 0
+    here: int = -1
+    count: int = -1
+    built_at: float = 0.0
+
+    def usable(self, here: int, count: int, now: float, ttl: float) -> bool:
+        return self.here == here and self.count == count and now - self.built_at <= ttl
+
+    def remember(self, context: str, tokens: int, here: int, count: int, now: float) -> None:
+        self.context, self.tokens, self.here, self.count, self.built_at = (
+            context,
+            tokens,
+            here,
+            count,
+            now,
+        )
+
+
 class ContextBuilder:
-    def __init__(self, count_tokens: Callable[[str], int], *, budget_tokens: int = 700) -> None:
+    def __init__(
+        self,
+        count_tokens: Callable[[str], int],
+        *,
+        budget_tokens: int = 700,
+        memo_ttl: float = 20.0,
+    ) -> None:
         self.count_tokens = count_tokens
         self.budget_tokens = budget_tokens
+        self.memo_ttl = memo_ttl
         self.prefix_tokens = count_tokens(COMPLETE_PREFIX)  # the fixed part, counted once
 
-    def complete(self, regions: RegionIndex, text: str, cursor: int) -> BuiltPrompt:
+    def complete(
+        self,
+        regions: RegionIndex,
+        text: str,
+        cursor: int,
+        memo: ContextMemo | None = None,
+    ) -> BuiltPrompt:
+        """The prompt for a completion at ``cursor``. With a ``memo`` (one per editor), the
+        paragraphs around the cursor's are reused as they were for up to ``memo_ttl`` seconds
+        while the cursor stays in the same paragraph, so other editors' typing elsewhere does
+        not invalidate the model's warm prefix on every request."""
         parts = regions.refresh(text)
         window_text = text[max(0, cursor - 200) : cursor]
         if not parts:
             return BuiltPrompt(COMPLETE_PREFIX, "complete", "", STOP_COMPLETE, self.prefix_tokens)
         here = regions.region_at(max(cursor - 1, 0))
-        window = text[parts[here].start : cursor]  # the cursor's paragraph: always last
+        window = text[parts[here].start : cursor]  # the cursor's paragraph: always fresh, last
+        now = time.monotonic()
+        if memo is not None and memo.usable(here, len(parts), now, self.memo_ttl):
+            context, used = memo.context, memo.tokens
+        else:
+            context, used = self._context(parts, here, now)
+            if memo is not None:
+                memo.remember(context, used, here, len(parts), now)
+        tokens = self.prefix_tokens + used + parts[here].tokens
+        prompt = COMPLETE_PREFIX + context + window
+        return BuiltPrompt(prompt, "complete", window_text, STOP_COMPLETE, tokens)
+
+    def _context(self, parts: list[Region], here: int, now: float) -> tuple[str, int]:
         chosen, used = self._context_regions(parts, here)
         # Stable paragraphs first, paragraphs edited in the last HOT_SECONDS after them (each
         # group in document order): another editor typing above the cursor then invalidates
         # only the tail of the prompt, not everything after the fixed prefix.
-        now = time.monotonic()
         stable = [i for i in chosen if now - parts[i].born > HOT_SECONDS]
         hot = [i for i in chosen if now - parts[i].born <= HOT_SECONDS]
-        body = "".join(parts[i].text for i in stable + hot) + window
-        tokens = self.prefix_tokens + used + parts[here].tokens
-        return BuiltPrompt(COMPLETE_PREFIX + body, "complete", window_text, STOP_COMPLETE, tokens)
+        return "".join(parts[i].text for i in stable + hot), used
 
     def _context_regions(self, parts: list[Region], here: int) -> tuple[list[int], int]:
         """Paragraphs before the cursor's, nearest first, within budget; plus the opening one."""

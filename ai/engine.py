@@ -32,7 +32,7 @@ from protocol.ai import (
 )
 
 from .anchors import TextAnchor
-from .context import BuiltPrompt, ContextBuilder
+from .context import BuiltPrompt, ContextBuilder, ContextMemo
 from .errors import AiError, BadRequest, Forbidden
 from .generation import run_generation
 from .metrics import AiMetrics
@@ -82,6 +82,7 @@ class Suggestion:
 class _RoomState:
     regions: RegionIndex
     active: dict[tuple[int, str], Suggestion] = field(default_factory=dict)
+    memos: dict[int, ContextMemo] = field(default_factory=dict)  # per editor (peer id)
     check_scheduled: bool = False
 
 
@@ -152,6 +153,9 @@ class AiEngine:
         for suggestion in list(self._by_peer.pop(peer.peer_id, {}).values()):
             self._stop(suggestion, "cancelled", notify=False)
         self._current.pop((room.name, peer.peer_id), None)
+        state = self._rooms.get(room.name)
+        if state is not None:
+            state.memos.pop(peer.peer_id, None)
 
     async def on_unload(self, room: Room) -> None:
         self._rooms.pop(room.name, None)
@@ -172,7 +176,8 @@ class AiEngine:
             passage = text[begin:finish]
         else:
             cursor = self._cursor(text_type, text, request)
-            prompt = self.builder.complete(state.regions, text, cursor)
+            memo = state.memos.setdefault(peer.peer_id, ContextMemo())
+            prompt = self.builder.complete(state.regions, text, cursor, memo)
             anchor = TextAnchor.at(text, cursor)
         previous = self._current.get((room.name, peer.peer_id))
         if previous is not None and not previous.finished:
