@@ -618,8 +618,6 @@ async def test_anchor_is_preferred_over_pos(scripted: ServerProcess) -> None:
             await b.doc.wait_text(expected)
 
 
-
-
 async def test_accept_after_non_ascii_text_follows_concurrent_edits(
     scripted: ServerProcess,
 ) -> None:
