@@ -57,6 +57,12 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server-pid", type=int, default=None, help="measure this process")
     parser.add_argument("--json", dest="json_out", default=None, help="write results here")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--with-ai",
+        action="store_true",
+        help="run the embedded model and keep one editor asking for suggestions meanwhile"
+        " (isolation: the sync path must not wait on the AI)",
+    )
 
 
 def edit_key(update: bytes) -> tuple[int, int] | None:
@@ -218,8 +224,14 @@ async def drive(args: argparse.Namespace, url: str, token: str) -> dict[str, Any
 
     cpu_before = _cpu_seconds(args.server_pid)
     started = time.perf_counter()
+    ai_stop = asyncio.Event()
+    ai_task = asyncio.ensure_future(_ask_forever(url, token, ai_stop)) if args.with_ai else None
     await asyncio.gather(*(typist(e) for e in editors))
     typing_seconds = time.perf_counter() - started
+    ai_done = 0
+    if ai_task is not None:
+        ai_stop.set()
+        ai_done = await ai_task
     # Let in-flight acks and fan-out arrive, bounded.
     deadline = time.perf_counter() + 10
     while time.perf_counter() < deadline and any(
@@ -258,9 +270,33 @@ async def drive(args: argparse.Namespace, url: str, token: str) -> dict[str, Any
         if cpu is None
         else round(cpu * 1000 / max(recorder.sent, 1), 3),
         "server_rss_mb": rss,
+        "with_ai": bool(args.with_ai),
+        "ai_suggestions_completed": ai_done,
         "errors": recorder.errors[:20],
         "error_count": len(recorder.errors),
     }
+
+
+async def _ask_forever(url: str, token: str, stop: asyncio.Event) -> int:
+    """One more editor asking for suggestions back to back; returns how many completed."""
+    from protocol.ai import Suggest
+    from protocol.client import TetherClient
+
+    completed = 0
+    async with TetherClient(url, token=token) as client:
+        doc = await client.open("bench-ai-load")
+        doc.append("The harbour was quiet in the evening, and the boats")
+        await doc.wait_acked()
+        while not stop.is_set():
+            request_id = f"load-{completed}"
+            size = len(str(doc.text).encode("utf-16-le")) // 2
+            doc.send_stateless(Suggest(request_id, "complete", pos=size, max_tokens=24).encode())
+            while True:
+                message = json.loads(await asyncio.wait_for(doc.stateless.get(), 60))
+                if message.get("type") in ("suggestion.end", "suggestion.error"):
+                    break
+            completed += 1
+    return completed
 
 
 def _expected_fanout(args: argparse.Namespace) -> int:
@@ -310,7 +346,8 @@ def run_sync_bench(args: argparse.Namespace) -> int:
 
 def _run_against_own_server(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as data_dir:
-        proc = ServerProcess(Path(data_dir), send_queue_frames=8192)
+        ai = "local" if args.with_ai else "none"
+        proc = ServerProcess(Path(data_dir), send_queue_frames=8192, ai_provider=ai)
         with proc:
             assert proc.proc is not None
             args.server_pid = proc.proc.pid
