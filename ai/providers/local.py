@@ -143,6 +143,8 @@ class LocalProvider(Provider):
                     break
                 if isinstance(item, BaseException):
                     raise ProviderError("the local model failed") from item
+                if cancel.cancelled:
+                    break  # pieces made before the model saw the cancel are dropped too
                 yield str(item)
         finally:
             cancel.cancel()  # a consumer that stops early stops the model within one token
@@ -191,9 +193,11 @@ class LocalProvider(Provider):
         if self._current == session:
             self._warm_hits += 1
             return
+        # Fetch first: it marks the state recently used, so saving the outgoing session's
+        # state cannot evict the very one we are about to restore.
+        saved = self._states.get(session)
         if self._current is not None:
             self._states.put(self._current, self._llm.save_state())
-        saved = self._states.get(session)
         if saved is not None:
             self._llm.load_state(saved)
             self._warm_hits += 1

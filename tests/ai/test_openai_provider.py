@@ -8,8 +8,6 @@ import json
 import socket
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
 import anyio
 import pytest
@@ -18,142 +16,17 @@ from ai.context import COMPLETE_PREFIX, STOP_COMPLETE
 from ai.errors import ProviderError, ProviderTimeout, ProviderUnavailable
 from ai.providers.base import Cancellation, GenerationRequest
 from ai.providers.openai import OpenAIProvider, SseDecoder, chatml_to_messages
+from tests.ai.sse_upstream import Upstream, serve_upstream
 
 pytestmark = pytest.mark.anyio
 
 PROMPT = COMPLETE_PREFIX + "The harbour was quiet"
 
 
-@dataclass
-class Upstream:
-    """A raw HTTP/1.1 keep-alive server speaking just enough of the OpenAI streaming API.
-
-    ``mode``: "stream" (chat or completions chunks by path), "status", "hang", "malformed",
-    "drop" (closes the socket after two chunks).
-    """
-
-    mode: str = "stream"
-    pieces: int = 5
-    delay: float = 0.0
-    status: int = 500
-    error_body: bytes = b'{"error": {"message": "model crashed"}}'
-    extra_headers: str = ""
-    connections: int = 0
-    requests: list[dict[str, Any]] = field(default_factory=list)
-    headers: list[dict[str, str]] = field(default_factory=list)
-    paths: list[str] = field(default_factory=list)
-    client_gone: asyncio.Event = field(default_factory=asyncio.Event)
-    port: int = 0
-    _stop: asyncio.Event = field(default_factory=asyncio.Event)
-    _writers: list[asyncio.StreamWriter] = field(default_factory=list)
-    _handlers: set[asyncio.Task[None]] = field(default_factory=set)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        handler = asyncio.current_task()
-        assert handler is not None
-        self._handlers.add(handler)
-        self._writers.append(writer)
-        try:
-            while await self._one(reader, writer):
-                pass
-        except (ConnectionError, asyncio.IncompleteReadError):
-            self.client_gone.set()
-        finally:
-            writer.close()
-
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError:
-            return False  # the client closed an idle keep-alive connection
-        request_line, *lines = head.decode("latin-1").split("\r\n")
-        headers = {}
-        for line in lines:
-            name, _, value = line.partition(":")
-            if name:
-                headers[name.lower()] = value.strip()
-        body = await reader.readexactly(int(headers.get("content-length", "0")))
-        self.paths.append(request_line.split()[1])
-        self.headers.append(headers)
-        self.requests.append(json.loads(body))
-        if self.mode == "status":
-            writer.write(
-                f"HTTP/1.1 {self.status} Upstream Says No\r\nContent-Type: application/json\r\n"
-                f"{self.extra_headers}Content-Length: {len(self.error_body)}\r\n\r\n".encode()
-                + self.error_body
-            )
-            await writer.drain()
-            return True
-        if self.mode == "hang":
-            await self._stop.wait()
-            return False
-        return await self._stream(reader, writer, self.paths[-1].endswith("/chat/completions"))
-
-    async def _stream(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool
-    ) -> bool:
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Transfer-Encoding: chunked\r\n\r\n"
-        )
-        # The client sends nothing while it reads a response, so EOF here means it went away.
-        eof = asyncio.ensure_future(reader.read(1))
-        try:
-            if chat:
-                await self._chunk(writer, {"choices": [{"delta": {"role": "assistant"}}]})
-            for index in range(self.pieces):
-                if index and self.delay:
-                    done, _ = await asyncio.wait({eof}, timeout=self.delay)
-                    if done:
-                        self.client_gone.set()
-                        return False
-                if self.mode == "drop" and index == 2:
-                    writer.transport.abort()
-                    return False
-                if self.mode == "malformed" and index == 1:
-                    await self._send(writer, b'data: {"choices": [{"delta": \n\n')
-                choice = {"delta": {"content": f"w{index} "}} if chat else {"text": f"t{index} "}
-                await self._chunk(writer, {"choices": [choice]})
-            await self._send(writer, b"data: [DONE]\n\n")
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-            return True
-        finally:
-            eof.cancel()
-            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-                await eof
-
-    async def _chunk(self, writer: asyncio.StreamWriter, event: dict[str, Any]) -> None:
-        await self._send(writer, b"data: " + json.dumps(event).encode() + b"\n\n")
-
-    async def _send(self, writer: asyncio.StreamWriter, data: bytes) -> None:
-        writer.write(b"%x\r\n%s\r\n" % (len(data), data))
-        await writer.drain()
-
-    async def close(self) -> None:
-        """End every connection and wait for its handler, so no task outlives the test."""
-        self._stop.set()
-        for writer in self._writers:
-            writer.close()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-
-
 @pytest.fixture
 async def upstream() -> AsyncIterator[Upstream]:
-    state = Upstream()
-    server = await asyncio.start_server(state.serve, "127.0.0.1", 0)
-    state.port = server.sockets[0].getsockname()[1]
-    try:
+    async with serve_upstream() as state:
         yield state
-    finally:
-        await state.close()
-        server.close()
-        await server.wait_closed()
 
 
 def request(max_tokens: int = 32, stop: tuple[str, ...] = STOP_COMPLETE) -> GenerationRequest:
