@@ -4,11 +4,14 @@ Pure codecs; knows nothing of models, documents or sockets. Positions are UTF-16
 JS counts) or a base64 Yjs relative position (``anchor``); converting them is the server's job.
 
     client → server: suggest, cancel, accept
-    server → client: suggestion.start, suggestion.delta, suggestion.end, suggestion.error
+    server → client: suggestion.start, suggestion.delta, suggestion.end, suggestion.error,
+                     suggestion.accepted
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -16,7 +19,8 @@ from typing import Any
 from .errors import ProtocolError
 
 KINDS = ("complete", "rewrite")
-END_REASONS = ("done", "cancelled", "superseded", "length")
+END_REASONS = ("done", "cancelled", "superseded")
+SOURCES = ("model", "exact", "typeahead", "semantic", "prefetch")  # suggestion.start
 MAX_ID_LENGTH = 128
 MAX_TOKENS_LIMIT = 1024
 
@@ -75,13 +79,20 @@ def _server_encode(kind: str, fields: dict[str, Any]) -> str:
     body = {"type": kind}
     # Optional numbers are left out when unknown; "id" is always there (null if unknown).
     body.update({k: v for k, v in fields.items() if v is not None or k == "id"})
-    return json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        # A lone surrogate (an id sent as "\ud800", say) has no UTF-8 form, so the frame could
+        # not be written: escape everything instead, as JSON.stringify does for such strings.
+        text = json.dumps(body, separators=(",", ":"))
+    return text
 
 
 @dataclass(frozen=True, slots=True)
 class SuggestionStart:
     id: str
-    source: str  # model | exact | typeahead | semantic | prefetch
+    source: str  # one of SOURCES
 
     def encode(self) -> str:
         return _server_encode("suggestion.start", asdict(self))
@@ -117,7 +128,19 @@ class SuggestionError:
         return _server_encode("suggestion.error", asdict(self))
 
 
-ServerAiMessage = SuggestionStart | SuggestionDelta | SuggestionEnd | SuggestionError
+@dataclass(frozen=True, slots=True)
+class SuggestionAccepted:
+    """The accepted suggestion's edit is applied, durably stored and broadcast."""
+
+    id: str
+
+    def encode(self) -> str:
+        return _server_encode("suggestion.accepted", asdict(self))
+
+
+ServerAiMessage = (
+    SuggestionStart | SuggestionDelta | SuggestionEnd | SuggestionError | SuggestionAccepted
+)
 
 
 def decode_client_message(payload: str) -> ClientAiMessage:
@@ -137,7 +160,8 @@ def decode_client_message(payload: str) -> ClientAiMessage:
     if kind == "accept":
         return Accept(request_id)
     if kind != "suggest":
-        raise InvalidAiMessage(f"unknown type {str(kind)[:40]!r}", request_id)
+        shown = repr(kind[:40]) if isinstance(kind, str) else type(kind).__name__
+        raise InvalidAiMessage(f"unknown type {shown}", request_id)
     return _decode_suggest(body, request_id)
 
 
@@ -149,8 +173,8 @@ def _decode_suggest(body: dict[str, Any], request_id: str) -> Suggest:
     start = _optional_position(body, "from", request_id)
     end = _optional_position(body, "to", request_id)
     anchor = body.get("anchor")
-    if anchor is not None and not isinstance(anchor, str):
-        raise InvalidAiMessage("'anchor' must be a base64 string", request_id)
+    if anchor is not None and not _is_base64(anchor):
+        raise InvalidAiMessage("'anchor' must be a non-empty base64 string", request_id)
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (
         not _is_int(max_tokens) or not 0 < max_tokens <= MAX_TOKENS_LIMIT
@@ -179,6 +203,16 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _is_base64(value: object) -> bool:
+    if not isinstance(value, str) or not value:
+        return False
+    try:
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):  # bad alphabet or padding; non-ASCII text
+        return False
+    return True
+
+
 def decode_server_message(payload: str) -> ServerAiMessage:
     """For clients and tests: parse what the server streams (extra fields are ignored)."""
     try:
@@ -187,9 +221,16 @@ def decode_server_message(payload: str) -> ServerAiMessage:
         known = {f: body[f] for f in cls.__dataclass_fields__ if f in body}
         if cls is SuggestionError:
             known.setdefault("id", None)
-        return cls(**known)
-    except (ValueError, KeyError, TypeError) as exc:
+        message = cls(**known)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise InvalidAiMessage("malformed server message") from exc
+    if not isinstance(message.id, str) and not (message.id is None and cls is SuggestionError):
+        raise InvalidAiMessage("malformed server message: bad 'id'")
+    for name, accepts in _SERVER_FIELDS.items():
+        value = getattr(message, name, _ABSENT)
+        if value is not _ABSENT and not accepts(value):
+            raise InvalidAiMessage(f"malformed server message: bad {name!r}")
+    return message
 
 
 _SERVER_TYPES: dict[str, type[Any]] = {
@@ -197,4 +238,17 @@ _SERVER_TYPES: dict[str, type[Any]] = {
     "suggestion.delta": SuggestionDelta,
     "suggestion.end": SuggestionEnd,
     "suggestion.error": SuggestionError,
+    "suggestion.accepted": SuggestionAccepted,
+}
+_ABSENT = object()
+# The types of the server messages' fields other than id (a string; suggestion.error's
+# may be null).
+_SERVER_FIELDS: dict[str, Any] = {
+    "source": lambda v: isinstance(v, str),
+    "text": lambda v: isinstance(v, str),
+    "reason": lambda v: isinstance(v, str),
+    "ttft_ms": lambda v: v is None or (isinstance(v, int | float) and not isinstance(v, bool)),
+    "tokens": lambda v: _is_int(v) and v >= 0,
+    "code": lambda v: isinstance(v, str),
+    "message": lambda v: isinstance(v, str),
 }
