@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from protocol.ai import (
     Cancel,
     InvalidAiMessage,
     Suggest,
+    SuggestionAccepted,
     SuggestionDelta,
     SuggestionEnd,
     SuggestionError,
@@ -324,7 +324,7 @@ class AiEngine:
         written = room.edit(lambda doc: _apply(doc, suggestion, current, where), origin=AI_ORIGIN)
         await written
         self.metrics.accepts.inc()
-        peer.send_stateless('{"type":"suggestion.accepted","id":' + _json_str(request_id) + "}")
+        peer.send_stateless(SuggestionAccepted(request_id).encode())
 
     # ---- bookkeeping ------------------------------------------------------------------------
 
@@ -364,7 +364,3 @@ def _apply(doc: Doc, suggestion: Suggestion, current: str, where: int) -> None:
 
 def _approximate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
-
-
-def _json_str(value: str) -> str:
-    return json.dumps(value)

@@ -15,7 +15,6 @@ import collections
 import concurrent.futures
 import importlib.util
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -80,8 +79,9 @@ class LocalProvider(Provider):
         state_budget_bytes: int = 256 * 2**20,
     ) -> None:
         self.model_path = model_path
-        # Two cores: the model gets both while it runs; the event loop mostly waits on I/O.
-        self.threads = threads or max(1, min(2, os.cpu_count() or 1))
+        # Default one thread: with both cores the model starves the sync path and llama.cpp's
+        # spinning threads collapse under any other CPU load (TTFT of seconds).
+        self.threads = threads or 1
         self.context_tokens = context_tokens
         self._states = _WarmStates(state_budget_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="model")
