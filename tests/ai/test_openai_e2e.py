@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import socket
 import time
 import uuid
@@ -27,6 +26,7 @@ import pytest
 from protocol.ai import decode_server_message
 from protocol.client import DocumentHandle, TetherClient
 from tests.ai.sse_upstream import ThreadedUpstream
+from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.anyio
@@ -138,25 +138,6 @@ def assistant_prefill(body: dict[str, Any]) -> str:
     last = body["messages"][-1]
     assert last["role"] == "assistant", body["messages"]
     return str(last["content"])
-
-
-async def metrics_text(server: ServerProcess) -> str:
-    async with httpx.AsyncClient(base_url=server.http_url) as http:
-        response = await http.get("/metrics")
-    assert response.status_code == 200
-    return response.text
-
-
-def metric_value(text: str, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        match = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
-        if match is None:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        if all(found.get(k) == v for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
 
 
 # ---- the socket path --------------------------------------------------------------------------

@@ -13,7 +13,6 @@ import asyncio
 import base64
 import contextlib
 import json
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,6 +26,7 @@ from pycrdt import Assoc
 
 from protocol.ai import decode_server_message
 from protocol.client import DocumentHandle, TetherClient
+from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.anyio
@@ -230,26 +230,6 @@ async def rest_text(server: ServerProcess, name: str) -> str:
         )
     assert response.status_code == 200, response.text
     return str(response.json()["text"])
-
-
-async def metrics_text(server: ServerProcess) -> str:
-    async with httpx.AsyncClient(base_url=server.http_url) as http:
-        response = await http.get("/metrics")
-    assert response.status_code == 200
-    return response.text
-
-
-def metric_value(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples of ``name`` whose labels include ``labels``."""
-    total = 0.0
-    for line in text.splitlines():
-        match = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
-        if match is None:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1) or ""))
-        if all(found.get(k) == v for k, v in labels.items()):
-            total += float(match.group(2))
-    return total
 
 
 async def expect_text(ed: Editor, expected: str, timeout: float = 5.0) -> None:
