@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import html
 import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
@@ -18,7 +20,8 @@ from pycrdt import Text
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from protocol.ai import InvalidAiMessage, Suggest, decode_client_message
@@ -40,6 +43,7 @@ from .yws_connection import authorize as authorize_yws
 log = logging.getLogger("tether")
 
 TEXT_NAME = "content"  # the shared Y.Text every tether editor binds to
+WEB_DIST = Path(__file__).resolve().parent.parent / "web" / "dist"  # the committed bundle
 
 
 class _AsgiWebSocket:
@@ -217,14 +221,19 @@ def create_app(
         )
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(
-            "<!doctype html><title>tether</title><h1>tether</h1>"
-            "<p>Sync server running. WebSocket endpoints: <code>/ws</code> (Hocuspocus) and "
-            "<code>/yjs/{document}</code> (y-websocket).</p>"
-        )
+        return HTMLResponse(_shell("tether", "index", {"auth": settings.auth}))
+
+    async def editor(request: Request) -> Response:
+        name = request.path_params["name"]
+        if not valid_document_name(name):
+            return JSONResponse({"error": "invalid document name"}, status_code=400)
+        config = {"auth": settings.auth, "document": name}
+        return HTMLResponse(_shell(f"{name} · tether", "editor", config))
 
     routes = [
         Route("/", index),
+        Route("/d/{name:path}", editor),
+        _static_route(),
         Route("/health", health),
         Route("/metrics", metrics_endpoint),
         Route("/api/documents", list_documents),
@@ -297,6 +306,29 @@ async def _sse(
             yield f"data: {message}\n\n"
     finally:
         task.cancel()
+
+
+def _static_route() -> Route | Mount:
+    if WEB_DIST.is_dir():
+        return Mount("/static", StaticFiles(directory=WEB_DIST), name="static")
+
+    async def missing(request: Request) -> Response:
+        return JSONResponse({"error": "the web bundle is not built (web/dist)"}, status_code=404)
+
+    return Route("/static/{path:path}", missing)
+
+
+def _shell(title: str, bundle: str, config: dict[str, Any]) -> str:
+    """The HTML page the browser bundle mounts into; config is JSON that cannot end the script."""
+    data = json.dumps(config).replace("<", "\\u003c")
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width, initial-scale=1">'
+        f"<title>{html.escape(title)}</title>"
+        f'<link rel=stylesheet href="/static/{bundle}.css"></head>'
+        f'<body><div id="app"></div><script>window.TETHER = {data};</script>'
+        f'<script type=module src="/static/{bundle}.js"></script></body></html>'
+    )
 
 
 def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:
