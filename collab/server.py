@@ -227,7 +227,7 @@ def create_app(
         name = request.path_params["name"]
         if not valid_document_name(name):
             return JSONResponse({"error": "invalid document name"}, status_code=400)
-        config = {"auth": settings.auth, "document": name}
+        config = {"auth": settings.auth, "document": name, "ai": settings.ai_provider != "none"}
         return HTMLResponse(_shell(f"{name} · tether", "editor", config))
 
     routes = [

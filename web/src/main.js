@@ -1,0 +1,654 @@
+// tether's editor page (/d/{name}): CodeMirror 6 bound to the document's Y.Text "content"
+// through y-codemirror.next, over ONE Hocuspocus /ws socket; presence, connection state and
+// AI suggestions (ghost text, rewrites) as Stateless JSON on the same socket.
+import "./common.css";
+import "./editor.css";
+import * as Y from "yjs";
+import { HocuspocusProvider, HocuspocusProviderWebsocket } from "@hocuspocus/provider";
+import { EditorState, EditorSelection, Compartment, Transaction } from "@codemirror/state";
+import {
+  EditorView,
+  keymap,
+  lineNumbers,
+  highlightActiveLine,
+  highlightActiveLineGutter,
+  drawSelection,
+  dropCursor,
+  highlightSpecialChars,
+  rectangularSelection,
+  crosshairCursor,
+  placeholder,
+} from "@codemirror/view";
+import { defaultKeymap, indentWithTab } from "@codemirror/commands";
+import { syntaxHighlighting, defaultHighlightStyle, bracketMatching, indentOnInput } from "@codemirror/language";
+import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
+import { markdown } from "@codemirror/lang-markdown";
+import { yCollab, yUndoManagerKeymap } from "y-codemirror.next";
+import {
+  appRoot,
+  config,
+  currentToken,
+  displayName,
+  h,
+  signInBox,
+} from "./common.js";
+import {
+  ghostExtension,
+  ghostField,
+  ghostRest,
+  startGhost,
+  ghostDelta,
+  ghostEnded,
+  clearGhost,
+} from "./ghost.js";
+import { wordDiff } from "./diff.js";
+
+const PAUSE_MS = 600;
+const MAX_TOKENS = 24;
+// The relative-position anchor is preferred by the protocol, but the server (as of this
+// writing) resolves it to a UTF-8 offset and then checks it as UTF-16, which breaks after
+// non-ASCII text; `pos` alone is correct. Flip back once the server is fixed.
+const SEND_ANCHOR = false;
+const NO_ANSWER_MS = 15000;
+const COLORS = [
+  "#e4572e", "#2e86ab", "#a23b72", "#3b8f5a", "#f18f01", "#6c5ce7",
+  "#d1495b", "#00798c", "#8e6c8a", "#c17817", "#3d5a80", "#ef476f",
+];
+
+// ---------------------------------------------------------------- what to open, as whom
+
+const cfg = config();
+const documentName = cfg.document || documentNameFromPath(location.pathname);
+const token = currentToken();
+const user = {
+  name: displayName(token),
+  color: COLORS[Math.floor(Math.random() * COLORS.length)],
+};
+user.colorLight = user.color + "33";
+const aiEnabled = cfg.ai !== false;
+// Set once they exist; refuse() may run before (no document name) or after.
+let provider = null;
+let websocketProvider = null;
+let view = null;
+
+function documentNameFromPath(path) {
+  const match = /^\/d\/(.+)$/.exec(path);
+  if (!match) return "";
+  try {
+    return decodeURIComponent(match[1]);
+  } catch {
+    return match[1];
+  }
+}
+
+// ---------------------------------------------------------------- the page
+
+const root = appRoot();
+root.classList.add("tether-editor-page");
+
+const statusEl = h("span", { id: "tether-status", class: "chip status-connecting", role: "status" }, "connecting…");
+const pendingEl = h("span", { id: "tether-pending", class: "chip pending" }, "");
+const scopeEl = h("span", { id: "tether-scope", class: "chip scope", hidden: true }, "read-only");
+const aiEl = h("span", { id: "tether-ai", class: "ai-status", "aria-live": "polite" }, "");
+const rewriteButton = h(
+  "button",
+  { id: "tether-rewrite", type: "button", title: "Rewrite the selection (Ctrl/Cmd+Shift+R)", disabled: true },
+  "Rewrite selection",
+);
+const suggestButton = h(
+  "button",
+  { id: "tether-suggest", type: "button", title: "Suggest a continuation (Ctrl/Cmd+Space)", disabled: true },
+  "Suggest",
+);
+const presenceEl = h("ul", { id: "tether-presence", class: "presence" });
+const rewritePanel = h("div", { id: "tether-rewrite-panel", class: "rewrite-panel", hidden: true });
+const editorEl = h("section", { id: "tether-editor", class: "editor", "aria-label": "document" });
+const refusalEl = h("div", { id: "tether-refusal", class: "refusal", role: "alert", hidden: true });
+
+root.append(
+  h(
+    "header",
+    { class: "topbar" },
+    h("a", { href: "/", class: "brand", title: "all documents" }, "tether"),
+    h("span", { class: "docname", id: "tether-docname" }, documentName || "(no document)"),
+    statusEl,
+    pendingEl,
+    scopeEl,
+    h("span", { class: "spacer" }),
+    aiEl,
+    suggestButton,
+    rewriteButton,
+  ),
+  h(
+    "main",
+    { class: "layout" },
+    editorEl,
+    h(
+      "aside",
+      { class: "sidebar" },
+      h("h2", {}, "Here now"),
+      presenceEl,
+      rewritePanel,
+      h(
+        "details",
+        { class: "help" },
+        h("summary", {}, "Shortcuts"),
+        h(
+          "ul",
+          {},
+          h("li", {}, h("kbd", {}, "Tab"), " accept the grey suggestion"),
+          h("li", {}, h("kbd", {}, "Esc"), " dismiss it"),
+          h("li", {}, h("kbd", {}, "Ctrl/Cmd+Space"), " ask for one now"),
+          h("li", {}, h("kbd", {}, "Ctrl/Cmd+Shift+R"), " rewrite the selection"),
+        ),
+      ),
+    ),
+  ),
+  refusalEl,
+);
+document.title = `${documentName} · tether`;
+if (!aiEnabled) {
+  suggestButton.hidden = true;
+  rewriteButton.hidden = true;
+}
+
+if (!documentName) {
+  refuse("No document named in the address: open /d/<name>.", false);
+  throw new Error("no document name");
+}
+
+// ---------------------------------------------------------------- sync
+
+const ydoc = new Y.Doc();
+const ytext = ydoc.getText("content");
+websocketProvider = new HocuspocusProviderWebsocket({
+  url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + "/ws",
+  // Reconnect quickly after a server restart, never give up.
+  // (@lifeomic/attempt refuses delay < minDelay: keep delay >= minDelay, all integers.)
+  delay: 1000,
+  minDelay: 500,
+  factor: 1.5,
+  maxDelay: 5000,
+  maxAttempts: 0,
+});
+websocketProvider.on("maxAttemptsFailed", ({ error }) => {
+  console.error("tether: cannot connect", error);
+  if (!refused) setConnection("offline", "offline (not retrying; reload the page)");
+});
+provider = new HocuspocusProvider({
+  websocketProvider,
+  name: documentName,
+  token,
+  document: ydoc,
+});
+provider.attach();
+provider.setAwarenessField("user", user);
+
+let everConnected = false;
+let refused = false;
+let authenticated = false;
+let writable = false;
+
+function setConnection(state, label) {
+  statusEl.className = `chip status-${state}`;
+  statusEl.textContent = label;
+  document.body.dataset.connection = state;
+}
+
+websocketProvider.on("status", ({ status }) => {
+  if (refused) return;
+  if (status === "connected") {
+    everConnected = true;
+    setConnection("connected", "connected");
+  } else if (status === "connecting") {
+    setConnection(everConnected ? "reconnecting" : "connecting", everConnected ? "reconnecting…" : "connecting…");
+  } else {
+    setConnection("offline", navigator.onLine === false ? "offline" : "offline, retrying…");
+  }
+  renderPending();
+});
+window.addEventListener("offline", () => !refused && setConnection("offline", "offline"));
+
+provider.on("authenticated", ({ scope }) => {
+  authenticated = true;
+  writable = scope !== "readonly";
+  scopeEl.hidden = writable;
+  document.body.dataset.scope = scope;
+  view.dispatch({ effects: editable.reconfigure(editableExtensions(writable)) });
+  suggestButton.disabled = !aiEnabled || !writable;
+  rewriteButton.disabled = !aiEnabled || !writable;
+});
+
+provider.on("authenticationFailed", ({ reason }) => {
+  refuse(`Access to “${documentName}” was refused: ${reason || "permission denied"}.`, cfg.auth === "jwt");
+});
+
+provider.on("synced", ({ state }) => {
+  document.body.dataset.synced = state ? "true" : "false";
+  renderPending();
+});
+
+provider.on("unsyncedChanges", () => renderPending());
+
+function renderPending() {
+  const n = provider.unsyncedChanges;
+  document.body.dataset.pending = String(n);
+  if (refused) {
+    pendingEl.textContent = "";
+  } else if (n > 0) {
+    pendingEl.textContent = n === 1 ? "1 edit not yet saved" : `${n} edits not yet saved`;
+    pendingEl.className = "chip pending unsaved";
+  } else if (provider.isSynced) {
+    pendingEl.textContent = "all changes saved";
+    pendingEl.className = "chip pending saved";
+  } else {
+    pendingEl.textContent = "";
+    pendingEl.className = "chip pending";
+  }
+}
+
+/** Refused: no document text on screen, the reason, and a way to sign in. */
+function refuse(message, offerSignIn) {
+  refused = true;
+  editorEl.hidden = true;
+  editorEl.replaceChildren();
+  presenceEl.replaceChildren();
+  rewritePanel.hidden = true;
+  suggestButton.disabled = true;
+  rewriteButton.disabled = true;
+  document.body.dataset.connection = "refused";
+  statusEl.className = "chip status-refused";
+  statusEl.textContent = "access refused";
+  pendingEl.textContent = "";
+  refusalEl.replaceChildren(
+    h("h2", {}, "No access"),
+    h("p", { id: "tether-refusal-message" }, message),
+    offerSignIn ? signInBox("Sign in with a token that allows this document.") : null,
+    h("p", {}, h("a", { href: "/" }, "All documents")),
+  );
+  refusalEl.hidden = false;
+  // Stop syncing (never send anything after a refusal), then drop the text from the page.
+  for (const thing of [provider, websocketProvider, view]) {
+    try {
+      if (thing) thing.destroy();
+    } catch (err) {
+      console.warn("tether: cleanup after refusal", err);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- presence
+
+function renderPresence() {
+  if (refused) return;
+  const states = provider.awareness ? provider.awareness.getStates() : new Map();
+  const me = ydoc.clientID;
+  const items = [];
+  for (const [clientId, state] of states) {
+    const u = state && state.user;
+    if (!u) continue;
+    items.push({ clientId, name: String(u.name || "Anonymous"), color: String(u.color || "#888"), me: clientId === me });
+  }
+  items.sort((a, b) => (b.me - a.me) || a.name.localeCompare(b.name));
+  presenceEl.replaceChildren(
+    ...items.map((item) =>
+      h(
+        "li",
+        { "data-client-id": item.clientId, class: item.me ? "me" : "" },
+        h("span", { class: "dot", style: { background: item.color } }),
+        h("span", { class: "name" }, item.name),
+        item.me ? h("span", { class: "you" }, " (you)") : null,
+      ),
+    ),
+  );
+  document.body.dataset.peers = String(items.length);
+}
+provider.awareness && provider.awareness.on("change", renderPresence);
+
+// ---------------------------------------------------------------- AI messages
+
+let counter = 0;
+function newId(prefix) {
+  counter += 1;
+  return `${prefix}${Date.now().toString(36)}-${counter}`;
+}
+
+function send(message) {
+  if (refused) return;
+  provider.sendStateless(JSON.stringify(message));
+}
+
+let aiNoteTimer = null;
+function aiNote(text, sticky = false) {
+  aiEl.textContent = text;
+  clearTimeout(aiNoteTimer);
+  if (text && !sticky) aiNoteTimer = setTimeout(() => (aiEl.textContent = ""), 4000);
+}
+
+function toBase64(bytes) {
+  let binary = "";
+  for (const b of bytes) binary += String.fromCharCode(b);
+  return btoa(binary);
+}
+
+// A completion accepted on the server: when its insert arrives at our cursor, put the cursor
+// after it (a remote insert at the cursor would otherwise leave it before the text).
+let pendingAccept = null; // {id, pos, text, until}
+
+let pauseTimer = null;
+let lastAnsweredId = null; // the newest ghost id the server has started
+let rewrite = null; // {id, from, to, old, received, streaming, state}
+
+const ctl = {
+  request(view, { auto }) {
+    if (refused || !aiEnabled || !authenticated || !writable) return;
+    if (auto && (rewrite || !view.hasFocus)) return;
+    // Positions must mean the same text on both sides: only when connected and in sync.
+    if (websocketProvider.status !== "connected" || !provider.isSynced) {
+      if (!auto) aiNote("not connected: suggestions need the server");
+      return;
+    }
+    const sel = view.state.selection.main;
+    if (!sel.empty) return;
+    const pos = sel.head;
+    const id = newId("g");
+    let anchor;
+    try {
+      anchor = toBase64(Y.encodeRelativePosition(Y.createRelativePositionFromTypeIndex(ytext, pos)));
+    } catch {
+      anchor = undefined;
+    }
+    view.dispatch({ effects: startGhost.of({ id, pos }) });
+    // No answer at all (AI off on the server, or lost): drop the empty ghost quietly.
+    setTimeout(() => {
+      const ghost = view.state.field(ghostField, false);
+      if (ghost && ghost.id === id && lastAnsweredId !== id && !ghost.received) {
+        view.dispatch({ effects: clearGhost.of({ silent: true }) });
+        if (!auto) aiNote("no answer from the AI");
+      }
+    }, NO_ANSWER_MS);
+    const message = { type: "suggest", id, kind: "complete", pos, max_tokens: MAX_TOKENS };
+    if (SEND_ANCHOR && anchor && ytext.length === view.state.doc.length) message.anchor = anchor;
+    send(message);
+    if (!auto) aiNote("asking…");
+  },
+
+  accept(view, ghost) {
+    const rest = ghostRest(ghost);
+    if (!ghost.consumed) {
+      // The server inserts it; everyone (us included) sees it through sync.
+      send({ type: "accept", id: ghost.id });
+      pendingAccept = { id: ghost.id, pos: ghost.pos, text: ghost.received, until: Date.now() + 10000 };
+      view.dispatch({ effects: clearGhost.of({ silent: true }) });
+    } else {
+      // Part of it was typed by hand: the server would insert it all at the original cursor,
+      // so type the rest locally (it syncs like any edit) and stop the stream.
+      if (ghost.streaming) send({ type: "cancel", id: ghost.id });
+      view.dispatch({
+        changes: { from: ghost.pos, insert: rest },
+        selection: EditorSelection.cursor(ghost.pos + rest.length),
+        effects: clearGhost.of({ silent: true }),
+        userEvent: "input.complete",
+        scrollIntoView: true,
+      });
+    }
+  },
+
+  rewrite(view) {
+    startRewrite(view);
+  },
+
+  dropped(ghost) {
+    send({ type: "cancel", id: ghost.id });
+  },
+
+  typed(view) {
+    clearTimeout(pauseTimer);
+    if (view.state.field(ghostField)) return; // typing into the ghost: keep it, no new request
+    pauseTimer = setTimeout(() => {
+      if (!view.state.field(ghostField)) ctl.request(view, { auto: true });
+    }, PAUSE_MS);
+  },
+
+  filter(tr) {
+    if (!pendingAccept || !tr.docChanged) return null;
+    if (Date.now() > pendingAccept.until) {
+      pendingAccept = null;
+      return null;
+    }
+    const local = tr.annotation(Transaction.userEvent) !== undefined;
+    const cursor = tr.startState.selection.main;
+    let hit = null;
+    if (!local) {
+      tr.changes.iterChanges((fromA, toA, _fromB, _toB, text) => {
+        const inserted = text.toString();
+        if (hit === null && fromA === pendingAccept.pos && toA === fromA && inserted &&
+            (inserted.startsWith(pendingAccept.text) || pendingAccept.text.startsWith(inserted))) {
+          hit = inserted;
+        }
+      });
+    }
+    if (hit !== null) {
+      const at = pendingAccept.pos;
+      pendingAccept = null;
+      if (cursor.empty && cursor.head === at) {
+        return [tr, { selection: EditorSelection.cursor(tr.changes.mapPos(at, 1)), sequential: true }];
+      }
+      return null;
+    }
+    pendingAccept.pos = tr.changes.mapPos(pendingAccept.pos, -1);
+    return null;
+  },
+};
+
+
+provider.on("stateless", ({ payload }) => {
+  let msg;
+  try {
+    msg = JSON.parse(payload);
+  } catch {
+    return;
+  }
+  if (!msg || typeof msg !== "object" || typeof msg.type !== "string") return;
+  const ghost = view.state.field(ghostField, false);
+  if (ghost && msg.id === ghost.id) return onGhostMessage(msg, ghost);
+  if (rewrite && msg.id === rewrite.id) return onRewriteMessage(msg);
+  if (msg.type === "suggestion.accepted") return;
+  if (msg.type === "suggestion.error") {
+    if (pendingAccept && msg.id === pendingAccept.id) pendingAccept = null;
+    if (msg.id === null || (pendingAccept === null && msg.code !== "bad_request")) {
+      aiNote(`AI: ${msg.message || msg.code}`);
+    } else if (msg.code === "bad_request" && String(msg.id || "").startsWith("g")) {
+      aiNote("The text there changed; ask again.");
+    }
+  }
+});
+
+function onGhostMessage(msg, ghost) {
+  switch (msg.type) {
+    case "suggestion.start":
+      lastAnsweredId = ghost.id;
+      aiEl.textContent = "";
+      break;
+    case "suggestion.delta":
+      if (typeof msg.text === "string" && msg.text) {
+        view.dispatch({ effects: ghostDelta.of({ id: ghost.id, text: msg.text }) });
+      }
+      break;
+    case "suggestion.end": {
+      if (msg.reason !== "done" && !ghost.consumed) {
+        // Cancelled by an edit at the cursor, or superseded: the server cannot accept it now.
+        view.dispatch({ effects: clearGhost.of({ silent: true }) });
+      } else {
+        view.dispatch({ effects: ghostEnded.of({ id: ghost.id }) });
+        if (!ghost.received && msg.reason === "done") aiNote("no suggestion here");
+      }
+      break;
+    }
+    case "suggestion.error":
+      view.dispatch({ effects: clearGhost.of({ silent: true }) });
+      aiNote(`AI: ${msg.message || msg.code}`);
+      break;
+    default:
+      break;
+  }
+}
+
+// ---------------------------------------------------------------- rewrite panel
+
+function startRewrite(view) {
+  if (refused || !aiEnabled || !authenticated || !writable) return;
+  const sel = view.state.selection.main;
+  if (sel.empty) {
+    aiNote("Select some text to rewrite.");
+    return;
+  }
+  if (rewrite && rewrite.streaming) send({ type: "cancel", id: rewrite.id });
+  const id = newId("r");
+  rewrite = {
+    id,
+    from: sel.from,
+    to: sel.to,
+    old: view.state.sliceDoc(sel.from, sel.to),
+    received: "",
+    streaming: true,
+    state: "streaming",
+    note: "",
+  };
+  view.dispatch({ effects: clearGhost.of({ silent: true }) }); // superseded by this request
+  send({ type: "suggest", id, kind: "rewrite", from: sel.from, to: sel.to });
+  renderRewrite();
+}
+
+function onRewriteMessage(msg) {
+  switch (msg.type) {
+    case "suggestion.delta":
+      if (typeof msg.text === "string") rewrite.received += msg.text;
+      break;
+    case "suggestion.end":
+      rewrite.streaming = false;
+      if (rewrite.state === "streaming") {
+        rewrite.state = msg.reason === "done" ? "ready" : "ended";
+        if (msg.reason !== "done") rewrite.note = `stopped (${msg.reason})`;
+      }
+      break;
+    case "suggestion.accepted":
+      rewrite = null;
+      aiNote("rewrite applied");
+      break;
+    case "suggestion.error":
+      rewrite.streaming = false;
+      rewrite.state = "error";
+      rewrite.note = msg.message || msg.code;
+      break;
+    default:
+      break;
+  }
+  renderRewrite();
+}
+
+function closeRewrite() {
+  if (rewrite && rewrite.streaming) send({ type: "cancel", id: rewrite.id });
+  rewrite = null;
+  renderRewrite();
+}
+
+function renderRewrite() {
+  if (!rewrite) {
+    rewritePanel.hidden = true;
+    rewritePanel.replaceChildren();
+    return;
+  }
+  const parts = wordDiff(rewrite.old, rewrite.received);
+  const diff = h(
+    "div",
+    { class: "diff", id: "tether-rewrite-diff" },
+    parts.map((p) =>
+      p.op === "same" ? h("span", {}, p.text) : h(p.op === "del" ? "del" : "ins", {}, p.text),
+    ),
+  );
+  const label = {
+    streaming: "writing…",
+    ready: "ready",
+    accepting: "applying…",
+    ended: rewrite.note,
+    error: `error: ${rewrite.note}`,
+  }[rewrite.state] || "";
+  const canAccept = writable && rewrite.received.length > 0 &&
+    (rewrite.state === "streaming" || rewrite.state === "ready" || rewrite.state === "ended");
+  rewritePanel.replaceChildren(
+    h("h2", {}, "Rewrite ", h("small", { class: `rewrite-state ${rewrite.state}` }, label)),
+    diff,
+    h(
+      "div",
+      { class: "actions" },
+      h(
+        "button",
+        {
+          type: "button",
+          id: "tether-rewrite-accept",
+          class: "primary",
+          disabled: !canAccept,
+          onclick: () => {
+            if (!rewrite) return;
+            send({ type: "accept", id: rewrite.id });
+            rewrite.streaming = false;
+            rewrite.state = "accepting";
+            renderRewrite();
+          },
+        },
+        "Accept",
+      ),
+      h("button", { type: "button", id: "tether-rewrite-reject", onclick: closeRewrite }, "Reject"),
+    ),
+  );
+  rewritePanel.hidden = false;
+}
+
+// ---------------------------------------------------------------- the editor
+
+const editable = new Compartment();
+function editableExtensions(canWrite) {
+  return [EditorState.readOnly.of(!canWrite), EditorView.editable.of(canWrite)];
+}
+
+view = new EditorView({
+  parent: editorEl,
+  state: EditorState.create({
+    doc: ytext.toString(),
+    extensions: [
+      ghostExtension(ctl), // before the other keymaps: Tab/Esc go to the ghost first
+      keymap.of([...yUndoManagerKeymap, ...defaultKeymap, ...searchKeymap, indentWithTab]),
+      lineNumbers(),
+      highlightActiveLineGutter(),
+      highlightSpecialChars(),
+      drawSelection(),
+      dropCursor(),
+      indentOnInput(),
+      bracketMatching(),
+      rectangularSelection(),
+      crosshairCursor(),
+      highlightActiveLine(),
+      highlightSelectionMatches(),
+      syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
+      markdown(),
+      EditorView.lineWrapping,
+      placeholder("Start writing…"),
+      editable.of(editableExtensions(false)), // until the server says read-write
+      yCollab(ytext, provider.awareness),
+    ],
+  }),
+});
+
+suggestButton.addEventListener("click", () => {
+  view.focus();
+  ctl.request(view, { auto: false });
+});
+rewriteButton.addEventListener("mousedown", (e) => e.preventDefault()); // keep the selection
+rewriteButton.addEventListener("click", () => startRewrite(view));
+
+renderPresence();
+renderPending();
+
+// For scripted browser tests and debugging.
+window.tether = { provider, websocketProvider, ydoc, ytext, view, user, documentName };
