@@ -1,0 +1,143 @@
+"""The web editor in real headless Chromium (Debian's /usr/bin/chromium) driven by Playwright."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.serverproc import ServerProcess
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parent.parent / "artifacts"
+
+try:
+    from playwright.sync_api import Browser, Page, expect, sync_playwright
+except ImportError:  # pragma: no cover - reported by the skip below
+    sync_playwright = None  # type: ignore[assignment]
+
+if sync_playwright is None or not Path(CHROMIUM).exists():
+    pytest.skip(
+        "browser tests need Playwright and Debian's chromium (.ci/setup installs both)",
+        allow_module_level=True,
+    )
+
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCRIPT = '{"pieces": [" and", " the", " gulls", " cried."], "delay": 0.02}'
+
+
+@pytest.fixture(scope="module")
+def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("web"), ai_provider="scripted", ai_script=SCRIPT)
+    with proc:
+        yield proc
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        yield launched
+        launched.close()
+
+
+def open_page(browser: Browser, server: ServerProcess, document: str, token: str) -> Page:
+    context = browser.new_context(viewport={"width": 1000, "height": 520})
+    page = context.new_page()
+    page.goto(f"{server.http_url}/d/{document}?token={token}")
+    expect(page.locator("body")).to_have_attribute("data-synced", "true", timeout=15000)
+    return page
+
+
+def editor_text(page: Page) -> str:
+    return str(page.evaluate("() => window.tether.ytext.toString()"))
+
+
+def type_at_end(page: Page, text: str) -> None:
+    page.locator(".cm-content").click()
+    page.keyboard.press("Control+End")
+    page.keyboard.type(text)
+
+
+def test_typing_in_one_page_appears_in_the_other_with_the_remote_cursor(
+    browser: Browser, web_server: ServerProcess
+) -> None:
+    token = web_server.token(["web-*"])
+    first = open_page(browser, web_server, "web-two", token)
+    second = open_page(browser, web_server, "web-two", token)
+    type_at_end(first, "Hello from the first page 😀")
+    expect(second.locator(".cm-content")).to_contain_text("Hello from the first page 😀")
+    expect(second.locator(".cm-ySelectionCaret")).to_have_count(1, timeout=10000)
+    expect(second.locator("#tether-presence li")).to_have_count(2, timeout=10000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    first.screenshot(path=str(ARTIFACTS / "two-pages-first.png"))
+    second.screenshot(path=str(ARTIFACTS / "two-pages-second.png"))
+    first.context.close()
+    second.context.close()
+
+
+def test_a_ghost_suggestion_appears_and_tab_accepts_it_for_everyone(
+    browser: Browser, web_server: ServerProcess
+) -> None:
+    token = web_server.token(["web-*"])
+    writer = open_page(browser, web_server, "web-ghost", token)
+    reader = open_page(browser, web_server, "web-ghost", token)
+    type_at_end(writer, "The boats came home")
+    writer.keyboard.press("Control+Space")
+    ghost = writer.locator("[data-testid=ghost]")
+    expect(ghost).to_contain_text("gulls cried.", timeout=15000)
+    writer.keyboard.press("Tab")
+    expected = "The boats came home and the gulls cried."
+    expect(reader.locator(".cm-content")).to_contain_text(expected, timeout=15000)
+    assert editor_text(writer) == editor_text(reader)
+    writer.context.close()
+    reader.context.close()
+
+
+def test_edits_typed_while_the_server_is_down_arrive_after_it_returns(
+    browser: Browser, tmp_path: Path
+) -> None:
+    with ServerProcess(tmp_path / "data", ai_provider="none") as server:
+        token = server.token(["web-*"])
+        first = open_page(browser, server, "web-restart", token)
+        second = open_page(browser, server, "web-restart", token)
+        type_at_end(first, "before.")
+        expect(second.locator(".cm-content")).to_contain_text("before.")
+        server.stop()
+        expect(first.locator("body")).not_to_have_attribute(
+            "data-connection", "connected", timeout=15000
+        )
+        type_at_end(first, " one-offline")
+        type_at_end(second, " two-offline")
+        server.start()
+        for page in (first, second):
+            expect(page.locator(".cm-content")).to_contain_text("one-offline", timeout=20000)
+            expect(page.locator(".cm-content")).to_contain_text("two-offline", timeout=20000)
+        assert editor_text(first) == editor_text(second)
+        first.context.close()
+        second.context.close()
+
+
+def test_a_page_without_access_sees_the_refusal_and_no_document_text(
+    browser: Browser, web_server: ServerProcess
+) -> None:
+    owner = open_page(browser, web_server, "web-secret", web_server.token(["web-*"]))
+    type_at_end(owner, "classified words")
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{web_server.http_url}/d/web-secret?token={web_server.token(['other-*'])}")
+    expect(page.locator("#tether-refusal")).to_be_visible(timeout=15000)
+    expect(page.locator("#tether-refusal")).to_contain_text("refused")
+    assert "classified" not in page.content()
+    context.close()
+    owner.context.close()
