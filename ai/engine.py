@@ -32,6 +32,7 @@ from protocol.ai import (
 )
 
 from .anchors import TextAnchor
+from .cache import CacheHit, CacheQuery, SuggestionCache
 from .context import BuiltPrompt, ContextBuilder, ContextMemo
 from .errors import AiError, BadRequest, Forbidden
 from .generation import run_generation
@@ -73,6 +74,7 @@ class Suggestion:
     passage: str | None
     requested_at: float
     cancel: Cancellation = field(default_factory=Cancellation)
+    query: CacheQuery | None = None  # what its answer is cached under once it completes
     text: str = ""
     finished: bool = False
     job: asyncio.Future[Any] | None = None
@@ -95,6 +97,7 @@ class AiEngine:
         settings: AiSettings | None = None,
         *,
         count_tokens: Any = None,
+        cache: SuggestionCache | None = None,
     ) -> None:
         self.provider = provider
         self.scheduler = scheduler
@@ -104,6 +107,7 @@ class AiEngine:
         self.builder = ContextBuilder(
             self._count_tokens, budget_tokens=self.settings.context_budget_tokens
         )
+        self.cache = cache
         self._rooms: dict[str, _RoomState] = {}
         # (peer id, request id) → suggestion; in flight or finished and still acceptable
         self._by_peer: dict[int, dict[str, Suggestion]] = {}
@@ -184,6 +188,18 @@ class AiEngine:
             self._stop(previous, "superseded")
         suggestion = Suggestion(request, peer, room, prompt, anchor, passage, time.perf_counter())
         max_tokens = request.max_tokens or self.settings.default_max_tokens
+        if self.cache is not None:
+            suggestion.query = CacheQuery(
+                room.name,
+                f"{request.kind}:{max_tokens}",
+                self.provider.name,
+                prompt.text,
+                prompt.window,
+            )
+            hit = self.cache.lookup(suggestion.query)
+            if hit is not None:
+                self._serve_cached(suggestion, hit)
+                return
         suggestion.job = self.scheduler.submit(
             lambda: self._generate(suggestion, max_tokens), INTERACTIVE
         )  # raises Busy at once when the queue is full
@@ -194,6 +210,21 @@ class AiEngine:
         suggestion.job.add_done_callback(lambda job: self._job_done(suggestion, job))
         peer.send_stateless(SuggestionStart(request.id, "model").encode())
         self.metrics.requests.labels("ws", "model").inc()
+
+    def _serve_cached(self, suggestion: Suggestion, hit: CacheHit) -> None:
+        """An answer from the cache: the whole stream at once, no model involved."""
+        request, peer = suggestion.request, suggestion.peer
+        suggestion.text = hit.text
+        suggestion.finished = True
+        self._remember(suggestion)
+        self._current[(suggestion.room.name, peer.peer_id)] = suggestion
+        peer.send_stateless(SuggestionStart(request.id, hit.layer).encode())
+        peer.send_stateless(SuggestionDelta(request.id, hit.text).encode())
+        ttft = time.perf_counter() - suggestion.requested_at
+        peer.send_stateless(SuggestionEnd(request.id, "done", round(ttft * 1000, 3), 0).encode())
+        self.metrics.requests.labels("ws", hit.layer).inc()
+        self.metrics.ttft.labels(hit.layer, "ws").observe(ttft)
+        self.metrics.outcomes.labels("done").inc()
 
     def _cursor(self, text_type: Text, text: str, request: Suggest) -> int:
         if request.anchor is None:
@@ -241,6 +272,8 @@ class AiEngine:
         if not suggestion.finished:
             suggestion.finished = True
             self.metrics.outcomes.labels("done").inc()
+            if self.cache is not None and suggestion.query is not None and suggestion.text:
+                self.cache.put(suggestion.query, suggestion.text)
             peer.send_stateless(
                 SuggestionEnd(
                     request.id,

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .cache import CacheSettings, SuggestionCache
 from .engine import AiEngine, AiSettings
 from .metrics import AiMetrics
 from .providers.base import Provider
@@ -65,4 +66,12 @@ def build_engine(
             queue_limit=settings.ai_queue_limit,
         ),
         count_tokens=count_tokens,
+        cache=_cache(settings),
     )
+
+
+def _cache(settings: Any) -> SuggestionCache | None:
+    """Exact and type-ahead layers (the semantic layer needs the embedder: not wired yet)."""
+    if settings.ai_cache_entries <= 0:
+        return None
+    return SuggestionCache(CacheSettings(max_entries=settings.ai_cache_entries))

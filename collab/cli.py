@@ -34,6 +34,7 @@ _HELP = {
     "ai_threads": "threads the local model uses",
     "ai_state_budget_mb": "memory for warm per-editor model states (LRU beyond it)",
     "ai_max_tokens": "default suggestion length in tokens",
+    "ai_cache_entries": "suggestions kept for exact and type-ahead reuse (0: no cache)",
     "ai_queue_limit": "suggestion jobs queued before answering 'busy'",
     "ai_coalesce_ms": "streamed text is sent at most once per this many ms after the first",
     "ai_timeout": "seconds a suggestion may take before it fails",

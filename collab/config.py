@@ -41,6 +41,7 @@ class Settings:
     ai_threads: int = 1
     ai_state_budget_mb: int = 256
     ai_max_tokens: int = 24
+    ai_cache_entries: int = 4096
     ai_queue_limit: int = 8
     ai_coalesce_ms: float = 50.0
     ai_timeout: float = 60.0
