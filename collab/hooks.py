@@ -24,9 +24,12 @@ class Extension(Protocol):
 class Hooks:
     def __init__(self, extensions: list[Any] | None = None) -> None:
         self.extensions: list[Any] = list(extensions or [])
+        # Which extensions implement each hook, worked out once: on_change runs per update.
+        self._by_hook: dict[str, list[Any]] = {}
 
     def add(self, extension: Any) -> None:
         self.extensions.append(extension)
+        self._by_hook.clear()
 
     async def on_load(self, room: Room) -> None:
         for ext in self._having("on_load"):
@@ -58,4 +61,7 @@ class Hooks:
                 log.exception("on_detach hook failed in %s", type(ext).__name__)
 
     def _having(self, name: str) -> list[Any]:
-        return [ext for ext in self.extensions if hasattr(ext, name)]
+        having = self._by_hook.get(name)
+        if having is None:
+            having = self._by_hook[name] = [e for e in self.extensions if hasattr(e, name)]
+        return having

@@ -107,7 +107,6 @@ class Room:
         self._pending_writes: set[asyncio.Future[Any]] = set()
         self._compacting = False
         self.closing = False
-        self.last_change = time.time()
         self.on_empty: Callable[[Room], None] | None = None
 
     @property
@@ -163,7 +162,6 @@ class Room:
             return
         apply_update(self.doc, update, origin=peer)
         self._metrics.updates.inc()
-        self.last_change = time.time()
         self._broadcast(SyncUpdate(update).encode(), exclude=peer, sync=True)
         self._hooks.on_change(self, update, peer)
         entry = acks.push(done=False, applied=False)
@@ -176,7 +174,6 @@ class Room:
         with self.doc.transaction(origin=origin):
             change(self.doc)
         update = self.doc.get_update(before)
-        self.last_change = time.time()
         self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
         self._hooks.on_change(self, update, origin)
         return self._persist(update, None, None, received=time.perf_counter())
