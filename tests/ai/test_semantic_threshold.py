@@ -1,9 +1,13 @@
-"""Measures the semantic cache's precision and hit rate on a labelled set of context pairs
-with the real MiniLM embedder, at several thresholds; `pytest -s` prints the table.
+"""Measures the semantic cache's precision and hit rate on labelled sets of context pairs
+with the real MiniLM embedder, at several thresholds; `pytest -s` prints a table per set.
 
 Each pair is (cached context, new context, cached answer, is the answer right for the new
 context). A fresh cache holds the cached context (in the new request's document, or in another
 one for the other-document pairs); the new request is then looked up through every layer.
+
+Two sets: ``semantic_pairs.json`` is the tuning set (the threshold and the content guard were
+chosen on it, so its numbers are in-sample); ``semantic_pairs_heldout.json`` was written
+without looking at the guard's rules, so its numbers are an honest out-of-sample estimate.
 """
 
 from __future__ import annotations
@@ -19,9 +23,14 @@ import pytest
 from ai.cache import CacheQuery, CacheSettings, SuggestionCache, embedding_text
 from ai.embedder import Embedder
 
-PAIRS = json.loads((Path(__file__).parent / "semantic_pairs.json").read_text())
+HERE = Path(__file__).parent
+PAIRS = json.loads((HERE / "semantic_pairs.json").read_text())
+HELDOUT = json.loads((HERE / "semantic_pairs_heldout.json").read_text())
+SETS = {"tuning": PAIRS, "heldout": HELDOUT}
 THRESHOLDS = (0.85, 0.90, 0.92, 0.95)
 DEFAULT = CacheSettings().threshold
+
+Vectors = tuple[np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +42,7 @@ class Row:
     right_total: int
     total: int
     layers: dict[str, int]
+    served_indices: tuple[int, ...] = ()
 
     @property
     def precision(self) -> float:
@@ -41,7 +51,7 @@ class Row:
     @property
     def hit_rate(self) -> float:
         """Of the requests whose cached answer is right, the fraction served from cache."""
-        return self.served_right / self.right_total
+        return self.served_right / self.right_total if self.right_total else 0.0
 
 
 def _query(document: str, window: str) -> CacheQuery:
@@ -58,7 +68,8 @@ def measure(
 ) -> Row:
     served = served_right = 0
     layers: dict[str, int] = {}
-    for pair, cached_vec, new_vec in zip(pairs, cached, new, strict=True):
+    served_indices: list[int] = []
+    for index, (pair, cached_vec, new_vec) in enumerate(zip(pairs, cached, new, strict=True)):
         cache = SuggestionCache(CacheSettings(threshold=threshold, content_guard=content_guard))
         owner = "doc-a" if pair["same_document"] else "doc-b"
         cache.put(_query(owner, pair["cached"]), pair["answer"], cached_vec)
@@ -67,35 +78,78 @@ def measure(
             continue
         served += 1
         served_right += pair["right"]
+        served_indices.append(index)
         layers[hit.layer] = layers.get(hit.layer, 0) + 1
     right_total = sum(pair["right"] for pair in pairs)
     return Row(
-        threshold, served, served_right, served - served_right, right_total, len(pairs), layers
+        threshold,
+        served,
+        served_right,
+        served - served_right,
+        right_total,
+        len(pairs),
+        layers,
+        tuple(served_indices),
     )
 
 
-def table(rows: list[Row]) -> str:
+def table(unguarded: list[Row], guarded: list[Row]) -> str:
+    """One line per threshold: similarity + last-words agreement only, then as served."""
     lines = [
-        "threshold  served  right  wrong  precision  hit rate (of right pairs)  layers",
+        "           similarity + last words only (no guard)   with the content guard",
+        "threshold  served  wrong  precision  hit rate        served  wrong  precision  hit rate"
+        "  layers (guarded)",
     ]
-    for row in rows:
+    for bare, row in zip(unguarded, guarded, strict=True):
+        assert bare.threshold == row.threshold
         lines.append(
-            f"{row.threshold:9.2f}  {row.served:6d}  {row.served_right:5d}  {row.served_wrong:5d}"
-            f"  {row.precision:9.3f}  {row.hit_rate:25.3f}  {row.layers}"
+            f"{row.threshold:9.2f}  {bare.served:6d}  {bare.served_wrong:5d}  {bare.precision:9.3f}"
+            f"  {bare.hit_rate:8.3f}        {row.served:6d}  {row.served_wrong:5d}"
+            f"  {row.precision:9.3f}  {row.hit_rate:8.3f}  {row.layers}"
         )
     return "\n".join(lines)
 
 
+def report(name: str, pairs: list[dict], vectors: Vectors) -> tuple[list[Row], list[Row]]:
+    """Measure ``pairs`` at every threshold with and without the guard, and print the table
+    and, per pair, the similarity and whether it is served at the default threshold."""
+    cached, new = vectors
+    unguarded = [measure(pairs, cached, new, t, content_guard=False) for t in THRESHOLDS]
+    guarded = [measure(pairs, cached, new, t) for t in THRESHOLDS]
+    right = sum(pair["right"] for pair in pairs)
+    print(f"\n== {name}: {len(pairs)} pairs, {right} right, {len(pairs) - right} wrong ==")
+    print(table(unguarded, guarded))
+    bare = next(row for row in unguarded if row.threshold == DEFAULT)
+    row = next(row for row in guarded if row.threshold == DEFAULT)
+    print(f"per pair: similarity, label, category, served at {DEFAULT} (no guard / guard)")
+    for index, (pair, a, b) in enumerate(zip(pairs, cached, new, strict=True)):
+        marks = (
+            f"{'served' if index in bare.served_indices else '-':>6} / "
+            f"{'served' if index in row.served_indices else '-':<6}"
+        )
+        label = "right" if pair["right"] else "WRONG"
+        print(f"  {index:2d}  {float(a @ b):.3f}  {label}  {pair['category']:<15} {marks}")
+    return unguarded, guarded
+
+
 @pytest.fixture(scope="module")
-def vectors() -> tuple[np.ndarray, np.ndarray]:
-    async def embed_all() -> tuple[np.ndarray, np.ndarray]:
+def embedded() -> dict[str, Vectors]:
+    async def embed_all() -> dict[str, Vectors]:
+        out: dict[str, Vectors] = {}
         async with Embedder() as embedder:
-            # what the engine embeds: the cursor's paragraph up to the cursor
-            cached = await embedder.embed([embedding_text(pair["cached"]) for pair in PAIRS])
-            new = await embedder.embed([embedding_text(pair["new"]) for pair in PAIRS])
-        return cached, new
+            for name, pairs in SETS.items():
+                # what the engine embeds: the cursor's paragraph up to the cursor
+                cached = await embedder.embed([embedding_text(pair["cached"]) for pair in pairs])
+                new = await embedder.embed([embedding_text(pair["new"]) for pair in pairs])
+                out[name] = (cached, new)
+        return out
 
     return asyncio.run(embed_all())
+
+
+def _other_documents(pairs: list[dict], vectors: Vectors) -> tuple[list[dict], Vectors]:
+    positions = [i for i, pair in enumerate(pairs) if not pair["same_document"]]
+    return [pairs[i] for i in positions], (vectors[0][positions], vectors[1][positions])
 
 
 def test_the_labelled_set_covers_right_and_wrong_kinds_of_pairs() -> None:
@@ -105,27 +159,44 @@ def test_the_labelled_set_covers_right_and_wrong_kinds_of_pairs() -> None:
     assert len(PAIRS) >= 40
 
 
-def test_precision_at_the_default_threshold_is_at_least_0_9(vectors) -> None:
-    cached, new = vectors
-    unguarded = [measure(PAIRS, cached, new, t, content_guard=False) for t in THRESHOLDS]
-    print("\nsimilarity + last-words agreement only (content_guard=False):")
-    print(table(unguarded))
-    rows = [measure(PAIRS, cached, new, t) for t in THRESHOLDS]
-    print("as served (with the content-word guard):")
-    print(table(rows))
-    for pair, a, b in zip(PAIRS, cached, new, strict=True):
-        print(f"  {float(a @ b):.3f}  {'right' if pair['right'] else 'WRONG'}  {pair['category']}")
+def test_precision_at_the_default_threshold_is_at_least_0_9(embedded) -> None:
+    _, rows = report("tuning set (semantic_pairs.json, in-sample)", PAIRS, embedded["tuning"])
     by_threshold = {row.threshold: row for row in rows}
     assert by_threshold[DEFAULT].precision >= 0.9
     assert by_threshold[DEFAULT].hit_rate > 0.5
     # Other documents' entries are never served, whatever the threshold.
-    others = [p for p in PAIRS if not p["same_document"]]
-    lowest = measure(others, *_rows_of(vectors, others), threshold=0.0)
+    others, vectors = _other_documents(PAIRS, embedded["tuning"])
+    lowest = measure(others, *vectors, threshold=0.0)
     assert lowest.served == 0
 
 
-def _rows_of(
-    vectors: tuple[np.ndarray, np.ndarray], subset: list[dict]
-) -> tuple[np.ndarray, np.ndarray]:
-    positions = [PAIRS.index(pair) for pair in subset]
-    return vectors[0][positions], vectors[1][positions]
+def test_the_heldout_set_covers_right_and_wrong_kinds_of_pairs() -> None:
+    categories = {pair["category"] for pair in HELDOUT}
+    assert {"whitespace", "typo", "retyped", "reformatted", "boilerplate"} <= categories
+    assert {
+        "negation",
+        "swapped_names",
+        "numbers",
+        "units",
+        "antonym",
+        "pronoun",
+        "other_document",
+    } <= categories
+    assert len(HELDOUT) >= 48
+    right = sum(pair["right"] for pair in HELDOUT)
+    assert 0.4 <= right / len(HELDOUT) <= 0.6
+    # held out: no context is shared with the tuning set
+    tuning_texts = {pair[key] for pair in PAIRS for key in ("cached", "new")}
+    assert not tuning_texts & {pair[key] for pair in HELDOUT for key in ("cached", "new")}
+
+
+def test_heldout_precision_and_hit_rate(embedded) -> None:
+    report("held-out set (semantic_pairs_heldout.json)", HELDOUT, embedded["heldout"])
+    # Other documents' entries are never served, whatever the threshold, guard or not.
+    others, vectors = _other_documents(HELDOUT, embedded["heldout"])
+    for guard in (True, False):
+        assert measure(others, *vectors, threshold=0.0, content_guard=guard).served == 0
+    # Measured (MiniLM, default threshold 0.92): without the guard precision 0.511, hit rate
+    # 0.923; with the guard precision 0.826 (19 of 23 served are right), hit rate 0.731. This is
+    # out of sample and below the tuning set's 1.000, so it is reported, not asserted: the guard
+    # served 4 wrong pairs (2 GB -> 2 MB, increased -> decreased, I -> You, We -> They).
