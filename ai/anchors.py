@@ -39,10 +39,23 @@ class TextAnchor:
         index = self.resolve(text)
         if index is None:
             return False
-        return (
-            text[max(0, index - len(self.before)) : index] == self.before
-            and text[index : index + len(self.after)] == self.after
-        )
+        if text[max(0, index - len(self.before)) : index] != self.before:
+            return False
+        if not self.after:  # it was at the end: anything after it now was typed there
+            return index == len(text)
+        return text[index : index + len(self.after)] == self.after
+
+    def typed(self, text: str, limit: int = 400) -> str | None:
+        """What was inserted right at the anchor since: the text now between its before and
+        after parts ("" when nothing was). None when either side changed otherwise."""
+        index = self.resolve(text)
+        if index is None or text[max(0, index - len(self.before)) : index] != self.before:
+            return None
+        if not self.after:
+            inserted = text[index:]
+            return inserted if len(inserted) <= limit else None
+        found = text.find(self.after, index, index + limit + len(self.after))
+        return None if found < 0 else text[index:found]
 
 
 def _nearest_end(text: str, needle: str, near: int) -> int | None:

@@ -28,8 +28,10 @@ from .context import PROMPT_VERSION
 EXACT = "exact"
 TYPEAHEAD = "typeahead"
 SEMANTIC = "semantic"
-LAYERS = (EXACT, TYPEAHEAD, SEMANTIC)
+PREFETCH = "prefetch"  # an exact hit on an answer computed ahead, served for the first time
+LAYERS = (EXACT, TYPEAHEAD, SEMANTIC, PREFETCH)
 
+TYPEAHEAD_CHARS = 64  # text before what was typed that must equal the cached window's end
 _ENTRY_OVERHEAD = 256  # bytes: dict slots, keys and the entry object, roughly
 _SPACES = re.compile(r"[ \t\u00a0]+")
 _BREAKS = re.compile(r"\n{2,}")
@@ -59,7 +61,7 @@ class CacheSettings:
     # (after normalisation): for an edit suggestion one changed word can flip the answer.
     agreement_words: int = 4
     # Type-ahead: how much of the text before what was typed must equal the cached window.
-    typeahead_chars: int = 64
+    typeahead_chars: int = TYPEAHEAD_CHARS
     # Similarity alone cannot tell "is allergic" from "is not allergic" (MiniLM: 0.99), so a
     # semantic hit also needs the paragraph's content words to agree up to typos; see
     # ``same_content``. Off only to measure what the embedding alone would serve.
@@ -106,6 +108,8 @@ class _Entry:
     size: int
     expires: float
     has_vector: bool
+    prefetched: bool  # computed ahead of any request (prefetch), not for one
+    used: bool = False
 
 
 @dataclass(slots=True)
@@ -133,30 +137,48 @@ class SuggestionCache:
         self.hits: Counter[str] = Counter()
         self.misses = 0
         self.evictions: Counter[str] = Counter()  # by reason: entries, bytes, ttl, replaced
+        self.prefetch_used = 0  # prefetched entries that served a request
+        self.prefetch_unused = 0  # prefetched entries removed before serving any
 
     def __len__(self) -> int:
         return len(self._entries)
 
     # ---- lookup -----------------------------------------------------------------------------
 
-    def lookup(self, query: CacheQuery, vector: np.ndarray | None = None) -> CacheHit | None:
+    def lookup(
+        self, query: CacheQuery, vector: np.ndarray | None = None, *, final: bool = True
+    ) -> CacheHit | None:
         """The first layer that can serve ``query``: exact, then type-ahead, then semantic
-        (only with a ``vector`` of the query's context)."""
+        (only with a ``vector`` of the query's context). ``final=False`` for a first look
+        that will be followed by another (with the vector): its miss is not counted."""
         self._expire()
         scopes = [s for s in (_doc(query.document), TEMPLATE) if s in self._scopes]
         variant = (query.kind, query.model, query.prompt_version)
         window = normalise(query.window)
         hit = (
-            self._exact(scopes, _exact_key(query))
+            self._exact(scopes, exact_key(query))
             or self._typeahead(scopes, variant, window)
             or (self._semantic(scopes, variant, window, vector) if vector is not None else None)
         )
         if hit is None:
-            self.misses += 1
+            self.misses += final
             return None
+        entry = self._entries[hit.entry_id]
+        if entry.prefetched and not entry.used:
+            self.prefetch_used += 1
+            if hit.layer == EXACT:
+                hit = CacheHit(PREFETCH, hit.text, hit.entry_id)
+        entry.used = True
         self.hits[hit.layer] += 1
         self._entries.move_to_end(hit.entry_id)
         return hit
+
+    def has_exact(self, query: CacheQuery) -> bool:
+        """Whether the exact layer holds ``query`` (a peek: no hit or miss is counted)."""
+        self._expire()
+        key = exact_key(query)
+        scopes = (_doc(query.document), TEMPLATE)
+        return any(key in self._scopes[s].exact for s in scopes if s in self._scopes)
 
     def _exact(self, scopes: list[_Scope], key: bytes) -> CacheHit | None:
         for scope in scopes:
@@ -220,10 +242,12 @@ class SuggestionCache:
         vector: np.ndarray | None = None,
         *,
         shared: bool = False,
+        prefetched: bool = False,
     ) -> int | None:
         """Store ``answer`` for ``query`` in its document's scope, or with ``shared=True`` in
-        the template scope (only for contexts that hold no document text). Returns the entry
-        id, or None when the entry alone exceeds the byte bound."""
+        the template scope (only for contexts that hold no document text). ``prefetched``: it
+        was computed ahead, before anyone asked. Returns the entry id, or None when the entry
+        alone exceeds the byte bound."""
         if not answer:
             return None
         self._expire()
@@ -235,7 +259,7 @@ class SuggestionCache:
         if size > settings.max_bytes:
             return None
         tables = self._scopes.get(scope) or self._new_scope(scope)
-        key = _exact_key(query)
+        key = exact_key(query)
         replaced = tables.exact.get(key)
         if replaced is not None:
             self._remove([replaced], "replaced")
@@ -252,6 +276,7 @@ class SuggestionCache:
             size=size,
             expires=self._clock() + settings.ttl_seconds,
             has_vector=vector is not None,
+            prefetched=prefetched,
         )
         self._next_id += 1
         self._entries[entry.id] = entry
@@ -266,6 +291,21 @@ class SuggestionCache:
         self._bound()
         return entry.id if entry.id in self._entries else None
 
+    def add_vector(self, entry_id: int, vector: np.ndarray) -> bool:
+        """Give a stored entry its context's vector once computed (the semantic layer can then
+        find it). False when the entry is gone or already has one."""
+        entry = self._entries.get(entry_id)
+        if entry is None or entry.has_vector:
+            return False
+        extra = self.settings.dimension * 4
+        entry.has_vector = True
+        entry.size += extra
+        self.bytes += extra
+        row = _as_row(vector, self.settings.dimension)
+        self._scopes[entry.scope].index.add_with_ids(row, np.array([entry_id], dtype=np.int64))
+        self._bound()
+        return True
+
     def forget(self, document: str) -> int:
         """Drop every entry of one document (deleted, or its readers changed)."""
         ids = [e.id for e in self._entries.values() if e.scope == _doc(document)]
@@ -277,10 +317,20 @@ class SuggestionCache:
         tables = self._scopes.get(TEMPLATE if document is None else _doc(document))
         return 0 if tables is None else tables.index.ntotal
 
+    def expire(self) -> None:
+        """Drop entries past their TTL now (lookups and stores also do, as they go)."""
+        self._expire()
+
+    def vectors(self) -> int:
+        """Vectors in every scope's FAISS index together."""
+        return sum(tables.index.ntotal for tables in self._scopes.values())
+
     def stats(self) -> dict[str, int]:
         out = {f"hits_{layer}": self.hits[layer] for layer in LAYERS}
         out.update({f"evictions_{why}": n for why, n in self.evictions.items()})
         out.update(misses=self.misses, entries=len(self._entries), bytes=self.bytes)
+        out.update(vectors=self.vectors(), prefetch_used=self.prefetch_used)
+        out.update(prefetch_unused=self.prefetch_unused)
         return out
 
     # ---- bounds -----------------------------------------------------------------------------
@@ -315,6 +365,7 @@ class SuggestionCache:
             del self._by_birth[entry_id]
             self.bytes -= entry.size
             self.evictions[reason] += 1
+            self.prefetch_unused += entry.prefetched and not entry.used
             tables = self._scopes[entry.scope]
             touched.add(entry.scope)
             del tables.exact[entry.exact_key]
@@ -392,7 +443,8 @@ def _doc(document: str) -> _Scope:
     return ("doc", document)
 
 
-def _exact_key(query: CacheQuery) -> bytes:
+def exact_key(query: CacheQuery) -> bytes:
+    """The exact layer's key: also how the engine recognises an identical request in flight."""
     parts = (normalise(query.context), query.kind, query.model, query.prompt_version)
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=16).digest()
 
@@ -416,6 +468,25 @@ def _rest_after(answer: str, typed: str) -> str | None:
             return answer[cut:]
         if len(head) > len(typed):
             return None
+    return None
+
+
+def typed_ahead(window: str, new_window: str, answer: str) -> int | None:
+    """When ``new_window`` is ``window`` followed by the first characters of ``answer`` (all
+    normalised), how many characters of ``answer`` were typed; None otherwise. For an answer
+    still being generated, so having typed all of it so far counts."""
+    window, new_window = normalise(window), normalise(new_window)
+    tail = TYPEAHEAD_CHARS
+    for typed_len in range(1, min(len(new_window), len(normalise(answer))) + 1):
+        before, typed = new_window[:-typed_len], new_window[-typed_len:]
+        if before[-tail:] != window[-tail:]:
+            continue
+        for cut in range(1, len(answer) + 1):
+            head = normalise(answer[:cut])
+            if head == typed:
+                return cut
+            if len(head) > len(typed):
+                break
     return None
 
 

@@ -49,17 +49,38 @@ class Embedder:
         self._model: Any = None
         self.computed = 0  # texts that went through the model (for tests, metrics)
         self.memo_hits = 0
+        self.loading: asyncio.Future[Any] | None = None
 
     async def __aenter__(self) -> Embedder:
+        await self.start_loading()
+        return self
+
+    def start_loading(self) -> asyncio.Future[None]:
+        """Load the model on the worker thread; the server starts serving meanwhile (loading
+        takes ~11 s, mostly imports) and uses the semantic layer once ``ready``."""
         # One thread: the machine has 2 cores and the sync path needs the other one.
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
-        try:
-            self._model = await self._run(_load, self._path or model_dir())
-        except BaseException:
-            self._executor.shutdown(wait=False)
-            self._executor = None
-            raise
-        return self
+        loading = asyncio.ensure_future(self._run(_load, self._path or model_dir()))
+
+        def loaded(future: asyncio.Future[Any]) -> None:
+            if not future.cancelled() and future.exception() is None:
+                self._model = future.result()
+
+        loading.add_done_callback(loaded)
+        self.loading = loading
+        return loading
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None
+
+    def cached(self, text: str) -> np.ndarray | None:
+        """The vector of ``text`` if it was embedded before (no model call, no waiting)."""
+        vector = self._memo.get(_key(text))
+        if vector is not None:
+            self._memo.move_to_end(_key(text))
+            self.memo_hits += 1
+        return vector
 
     async def __aexit__(
         self,
@@ -68,6 +89,8 @@ class Embedder:
         tb: TracebackType | None,
     ) -> None:
         executor, self._executor, self._model = self._executor, None, None
+        if self.loading is not None and not self.loading.done():
+            self.loading.cancel()  # the thread finishes its import; nothing waits for it
         if executor is not None:
             await asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
 

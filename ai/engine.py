@@ -13,6 +13,7 @@ import base64
 import binascii
 import logging
 import time
+from collections import Counter as CounterType
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,25 +33,40 @@ from protocol.ai import (
 )
 
 from .anchors import TextAnchor
-from .cache import CacheHit, CacheQuery, SuggestionCache
+from .cache import (
+    EXACT,
+    PREFETCH,
+    TYPEAHEAD,
+    CacheHit,
+    CacheQuery,
+    SuggestionCache,
+    embedding_text,
+    exact_key,
+    typed_ahead,
+)
 from .context import BuiltPrompt, ContextBuilder, ContextMemo
-from .errors import AiError, BadRequest, Forbidden
+from .errors import AiError, BadRequest, Busy, Forbidden
 from .generation import run_generation
 from .metrics import AiMetrics
 from .positions import index_to_utf8, utf16_to_index
+from .prefetch import DutyCycle, Pause, edited_end
 from .providers.base import Cancellation, GenerationRequest, Provider
 from .regions import RegionIndex
 from .scheduler import INTERACTIVE, Scheduler
+from .scheduler import PREFETCH as PREFETCH_PRIORITY
 
 if TYPE_CHECKING:
     from collab.peer import Peer
     from collab.room import Room
+
+    from .embedder import Embedder
 
 log = logging.getLogger(__name__)
 
 TEXT_NAME = "content"
 AI_ORIGIN = "ai"
 MAX_REMEMBERED = 16  # finished suggestions an editor can still accept
+MODEL = "model"  # suggestion.start's source when the model computes the answer for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +76,41 @@ class AiSettings:
     request_timeout: float = 60.0
     queue_limit: int = 8
     context_budget_tokens: int = 700
+    # Prefetch: after an editor's typing pauses this long, compute the suggestion at its
+    # cursor ahead of any request (0: off), within this share of the model's time.
+    prefetch_seconds: float = 0.2
+    prefetch_budget: float = 0.5
+
+
+@dataclass(eq=False)
+class Flight:
+    """One model generation. Several requests can take their text from it: the one that
+    started it, a later one with the same context (an exact repeat, or the request a prefetch
+    was computed for), and one whose editor has typed its first characters (type-ahead)."""
+
+    room: Room
+    query: CacheQuery
+    key: bytes
+    prompt: BuiltPrompt
+    # Where the generation belongs; typing there that is not its own start makes it stale.
+    anchor: TextAnchor
+    max_tokens: int
+    session: str  # the provider's warm-state key: one per (document, editor)
+    embed_text: str | None  # what the semantic layer embeds for this context
+    prefetch_for: int | None = None  # the editor's peer id when computed ahead for it
+    cancel: Cancellation = field(default_factory=Cancellation)
+    subscribers: list[Suggestion] = field(default_factory=list)
+    text: str = ""
+    pieces: int = 0  # the provider's pieces (tokens), reported in suggestion.end
+    finished: bool = False
+    served: bool = False  # some request has taken text from it
+    job: asyncio.Future[Any] | None = None
 
 
 @dataclass(eq=False)
 class Suggestion:
+    """One ``suggest`` request, served from the cache or from a flight."""
+
     request: Suggest
     peer: Peer
     room: Room
@@ -73,18 +120,22 @@ class Suggestion:
     anchor: TextAnchor
     passage: str | None
     requested_at: float
-    cancel: Cancellation = field(default_factory=Cancellation)
-    query: CacheQuery | None = None  # what its answer is cached under once it completes
-    text: str = ""
+    query: CacheQuery
+    source: str = MODEL
+    flight: Flight | None = None
+    text: str = ""  # what this editor has been sent
+    first_at: float | None = None
     finished: bool = False
-    job: asyncio.Future[Any] | None = None
 
 
 @dataclass
 class _RoomState:
     regions: RegionIndex
-    active: dict[tuple[int, str], Suggestion] = field(default_factory=dict)
+    flights: set[Flight] = field(default_factory=set)  # unfinished ones
     memos: dict[int, ContextMemo] = field(default_factory=dict)  # per editor (peer id)
+    pauses: dict[int, Pause] = field(default_factory=dict)  # per editor: typing debounce
+    prefetches: dict[int, Flight] = field(default_factory=dict)  # per editor: the latest
+    seen_text: str | None = None  # the text when prefetch last looked: its diff base
     check_scheduled: bool = False
 
 
@@ -98,6 +149,7 @@ class AiEngine:
         *,
         count_tokens: Any = None,
         cache: SuggestionCache | None = None,
+        embedder: Embedder | None = None,
     ) -> None:
         self.provider = provider
         self.scheduler = scheduler
@@ -108,13 +160,20 @@ class AiEngine:
             self._count_tokens, budget_tokens=self.settings.context_budget_tokens
         )
         self.cache = cache
+        self.embedder = embedder  # None: no semantic layer; loads in the background
+        self.budget = DutyCycle(self.settings.prefetch_budget)
+        self.prefetch_counts: CounterType[str] = CounterType()  # see metrics.CacheCollector
         self._rooms: dict[str, _RoomState] = {}
         # (peer id, request id) → suggestion; in flight or finished and still acceptable
         self._by_peer: dict[int, dict[str, Suggestion]] = {}
         self._current: dict[tuple[str, int], Suggestion] = {}  # one in flight per editor+doc
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
+        self._embedding = 0  # background embeddings queued (bounded)
 
     # ---- hooks ------------------------------------------------------------------------------
+
+    async def on_load(self, room: Room) -> None:
+        self._room_state(room).seen_text = str(room.doc.get(TEXT_NAME, type=Text))
 
     async def on_stateless(self, room: Room, peer: Peer, payload: str) -> None:
         try:
@@ -129,11 +188,12 @@ class AiEngine:
                 self._cancel(peer, message.id, "cancelled")
             elif isinstance(message, Accept):
                 # Off the connection's receive loop: the accept waits for its write to be durable.
-                task = asyncio.ensure_future(self._accept_reporting(room, peer, message.id))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._accept_reporting(room, peer, message.id))
         except AiError as exc:
             self._error(peer, message.id, exc.code, str(exc))
+        except Exception:
+            log.exception("handling %s failed", type(message).__name__)
+            self._error(peer, message.id, "internal", "the request failed")
 
     async def _accept_reporting(self, room: Room, peer: Peer, request_id: str) -> None:
         try:
@@ -145,13 +205,22 @@ class AiEngine:
             self._error(peer, request_id, "internal", "accepting the suggestion failed")
 
     def on_change(self, room: Room, update: bytes, origin: object) -> None:
+        # The sync path: O(1) bookkeeping only; the work happens in callbacks scheduled here.
         state = self._rooms.get(room.name)
         if state is None:
             return
         state.regions.mark_dirty()
-        if state.active and not state.check_scheduled:
+        loop = asyncio.get_running_loop()
+        if state.flights and not state.check_scheduled:
             state.check_scheduled = True
-            asyncio.get_running_loop().call_soon(self._check_stale, room, state)
+            loop.call_soon(self._check_stale, room, state)
+        peer_id = getattr(origin, "peer_id", None)
+        if peer_id is not None and self.settings.prefetch_seconds > 0 and origin.writable:  # type: ignore[attr-defined]
+            pause = state.pauses.get(peer_id)
+            if pause is None:
+                pause = state.pauses[peer_id] = Pause()
+            if pause.touch(loop.time()):
+                loop.call_later(self.settings.prefetch_seconds, self._paused, room, origin)
 
     def on_detach(self, room: Room, peer: Peer) -> None:
         for suggestion in list(self._by_peer.pop(peer.peer_id, {}).values()):
@@ -160,9 +229,16 @@ class AiEngine:
         state = self._rooms.get(room.name)
         if state is not None:
             state.memos.pop(peer.peer_id, None)
+            state.pauses.pop(peer.peer_id, None)
+            prefetch = state.prefetches.pop(peer.peer_id, None)
+            if prefetch is not None and not prefetch.subscribers:
+                self._end_flight(prefetch, "cancelled")
 
     async def on_unload(self, room: Room) -> None:
-        self._rooms.pop(room.name, None)
+        state = self._rooms.pop(room.name, None)
+        if state is not None:
+            for flight in list(state.flights):
+                self._end_flight(flight, "cancelled")
 
     # ---- requests ---------------------------------------------------------------------------
 
@@ -170,6 +246,7 @@ class AiEngine:
         text_type = room.doc.get(TEXT_NAME, type=Text)
         text = str(text_type)
         state = self._room_state(room)
+        state.seen_text = text  # prefetch's next diff starts from what this request saw
         passage: str | None = None
         if request.kind == "rewrite":
             assert request.start is not None and request.end is not None
@@ -183,48 +260,153 @@ class AiEngine:
             memo = state.memos.setdefault(peer.peer_id, ContextMemo())
             prompt = self.builder.complete(state.regions, text, cursor, memo)
             anchor = TextAnchor.at(text, cursor)
-        previous = self._current.get((room.name, peer.peer_id))
-        if previous is not None and not previous.finished:
-            self._stop(previous, "superseded")
-        suggestion = Suggestion(request, peer, room, prompt, anchor, passage, time.perf_counter())
         max_tokens = request.max_tokens or self.settings.default_max_tokens
-        if self.cache is not None:
-            suggestion.query = CacheQuery(
-                room.name,
-                f"{request.kind}:{max_tokens}",
-                self.provider.name,
-                prompt.text,
-                prompt.window,
-            )
-            hit = self.cache.lookup(suggestion.query)
+        query = self._query(room, request.kind, max_tokens, prompt)
+        suggestion = Suggestion(
+            request, peer, room, prompt, anchor, passage, time.perf_counter(), query
+        )
+        embed_text = self._embed_text(prompt)
+        if self._serve_ready(state, suggestion, final=embed_text is None):
+            return
+        if embed_text is not None:
+            vector = self.embedder.cached(embed_text) if self.embedder is not None else None
+            if vector is None:
+                # The request waits for one embedding (~36 ms on one thread) unless a pause
+                # already computed it; off the loop, so sync never waits.
+                self._claim(suggestion)
+                self._spawn(self._after_embedding(suggestion, embed_text, max_tokens))
+                return
+            hit = self.cache.lookup(query, vector) if self.cache is not None else None
             if hit is not None:
                 self._serve_cached(suggestion, hit)
                 return
-        suggestion.job = self.scheduler.submit(
-            lambda: self._generate(suggestion, max_tokens), INTERACTIVE
-        )  # raises Busy at once when the queue is full
+        self._to_model(suggestion, max_tokens, embed_text)
+
+    async def _after_embedding(self, suggestion: Suggestion, embed_text: str, tokens: int) -> None:
+        assert self.embedder is not None and self.cache is not None
+        vector = None
+        try:
+            vector = (await self.embedder.embed([embed_text]))[0]
+        except Exception:
+            log.exception("embedding a suggestion's context failed; asking the model")
+        if suggestion.finished:
+            return  # superseded or cancelled while it waited
+        hit = self.cache.lookup(suggestion.query, vector)
+        if hit is not None:
+            self._serve_cached(suggestion, hit)
+            return
+        try:
+            self._to_model(suggestion, tokens, embed_text)
+        except AiError as exc:
+            suggestion.finished = True
+            self._error(suggestion.peer, suggestion.request.id, exc.code, str(exc))
+
+    def _serve_ready(self, state: _RoomState, suggestion: Suggestion, *, final: bool) -> bool:
+        """Serve from a flight already computing this answer, or from the exact and type-ahead
+        layers of the cache. False when neither can."""
+        found = self._in_flight(state, suggestion)
+        if found is not None:
+            flight, offset, source = found
+            self._attach(suggestion, flight, offset, source)
+            return True
+        if self.cache is not None:
+            hit = self.cache.lookup(suggestion.query, final=final)
+            if hit is not None:
+                self._serve_cached(suggestion, hit)
+                return True
+        return False
+
+    def _in_flight(
+        self, state: _RoomState, suggestion: Suggestion
+    ) -> tuple[Flight, int, str] | None:
+        query = suggestion.query
+        key = exact_key(query)
+        for flight in state.flights:
+            if flight.finished or flight.query.kind != query.kind:
+                continue
+            if flight.key == key:
+                unused_prefetch = flight.prefetch_for is not None and not flight.served
+                return flight, 0, PREFETCH if unused_prefetch else EXACT
+            if suggestion.request.kind == "complete" and flight.text:
+                cut = typed_ahead(flight.query.window, query.window, flight.text)
+                if cut is not None:
+                    return flight, cut, TYPEAHEAD
+        return None
+
+    def _to_model(self, suggestion: Suggestion, max_tokens: int, embed_text: str | None) -> None:
+        room, peer = suggestion.room, suggestion.peer
+        flight = Flight(
+            room,
+            suggestion.query,
+            exact_key(suggestion.query),
+            suggestion.prompt,
+            suggestion.anchor,
+            max_tokens,
+            f"{room.name}\0{peer.peer_id}",
+            embed_text,
+        )
+        self._launch(flight, INTERACTIVE)  # raises Busy at once when the queue is full
+        self._attach(suggestion, flight, 0, MODEL)
+
+    def _launch(self, flight: Flight, priority: int) -> None:
+        flight.job = self.scheduler.submit(lambda: self._fly(flight), priority)
         self.metrics.queue_depth.set(self.scheduler.depth)
-        self._remember(suggestion)
-        state.active[(peer.peer_id, request.id)] = suggestion
-        self._current[(room.name, peer.peer_id)] = suggestion
-        suggestion.job.add_done_callback(lambda job: self._job_done(suggestion, job))
-        peer.send_stateless(SuggestionStart(request.id, "model").encode())
-        self.metrics.requests.labels("ws", "model").inc()
+        state = self._room_state(flight.room)
+        state.flights.add(flight)
+        flight.job.add_done_callback(lambda job: self._landed(flight, job))
+
+    def _attach(self, suggestion: Suggestion, flight: Flight, offset: int, source: str) -> None:
+        """``suggestion`` takes its text from ``flight`` from character ``offset`` on (what
+        its editor typed already is skipped): what exists now at once, the rest as it comes."""
+        if flight.prefetch_for is not None and not flight.served:
+            self.prefetch_counts["used"] += 1
+            if flight.job is not None:
+                self.scheduler.promote(flight.job)  # someone waits now: never preempted
+        flight.served = True
+        suggestion.flight = flight
+        suggestion.source = source
+        # Joined before the editor's previous request is superseded: if that one was this
+        # flight's only listener, the flight must not stop.
+        flight.subscribers.append(suggestion)
+        self._claim(suggestion)
+        suggestion.peer.send_stateless(SuggestionStart(suggestion.request.id, source).encode())
+        self.metrics.requests.labels("ws", source).inc()
+        if len(flight.text) > offset:
+            self._send_delta(suggestion, flight.text[offset:])
 
     def _serve_cached(self, suggestion: Suggestion, hit: CacheHit) -> None:
         """An answer from the cache: the whole stream at once, no model involved."""
+        self._claim(suggestion)
         request, peer = suggestion.request, suggestion.peer
-        suggestion.text = hit.text
-        suggestion.finished = True
-        self._remember(suggestion)
-        self._current[(suggestion.room.name, peer.peer_id)] = suggestion
+        suggestion.source = hit.layer
         peer.send_stateless(SuggestionStart(request.id, hit.layer).encode())
-        peer.send_stateless(SuggestionDelta(request.id, hit.text).encode())
-        ttft = time.perf_counter() - suggestion.requested_at
-        peer.send_stateless(SuggestionEnd(request.id, "done", round(ttft * 1000, 3), 0).encode())
         self.metrics.requests.labels("ws", hit.layer).inc()
-        self.metrics.ttft.labels(hit.layer, "ws").observe(ttft)
+        self._send_delta(suggestion, hit.text)
+        suggestion.finished = True
+        ttft = (suggestion.first_at or time.perf_counter()) - suggestion.requested_at
+        peer.send_stateless(SuggestionEnd(request.id, "done", round(ttft * 1000, 3), 0).encode())
         self.metrics.outcomes.labels("done").inc()
+
+    def _send_delta(self, suggestion: Suggestion, text: str) -> None:
+        if suggestion.first_at is None:
+            suggestion.first_at = time.perf_counter()
+            label = self.provider.name if suggestion.source == MODEL else suggestion.source
+            self.metrics.ttft.labels(label, "ws").observe(
+                suggestion.first_at - suggestion.requested_at
+            )
+        suggestion.text += text
+        suggestion.peer.send_stateless(SuggestionDelta(suggestion.request.id, text).encode())
+
+    def _claim(self, suggestion: Suggestion) -> None:
+        """Make ``suggestion`` its editor's current one in this document, superseding the last."""
+        key = (suggestion.room.name, suggestion.peer.peer_id)
+        previous = self._current.get(key)
+        if previous is suggestion:
+            return
+        self._current[key] = suggestion
+        self._remember(suggestion)
+        if previous is not None and not previous.finished:
+            self._stop(previous, "superseded")
 
     def _cursor(self, text_type: Text, text: str, request: Suggest) -> int:
         if request.anchor is None:
@@ -243,78 +425,144 @@ class AiEngine:
             raise BadRequest("'anchor' is not a Yjs relative position in this document") from exc
         return utf16_to_index(text, units)
 
-    async def _generate(self, suggestion: Suggestion, max_tokens: int) -> None:
-        request = suggestion.request
-        peer = suggestion.peer
+    def _query(self, room: Room, kind: str, max_tokens: int, prompt: BuiltPrompt) -> CacheQuery:
+        return CacheQuery(
+            room.name, f"{kind}:{max_tokens}", self.provider.name, prompt.text, prompt.window
+        )
+
+    def _embed_text(self, prompt: BuiltPrompt) -> str | None:
+        """What the semantic layer embeds for a completion; None when that layer is off or
+        its model still loading."""
+        if self.cache is None or self.embedder is None or not self.embedder.ready:
+            return None
+        if prompt.kind != "complete" or not prompt.window.strip():
+            return None
+        return embedding_text(prompt.window)
+
+    # ---- flights ----------------------------------------------------------------------------
+
+    async def _fly(self, flight: Flight) -> None:
+        """Run on the scheduler's worker: generate, fanning each piece out to every request
+        served from this flight."""
         generation = GenerationRequest(
-            prompt=suggestion.prompt.text,
-            session=f"{suggestion.room.name}\0{peer.peer_id}",
-            max_tokens=max_tokens,
-            stop=suggestion.prompt.stop,
+            prompt=flight.prompt.text,
+            session=flight.session,
+            max_tokens=flight.max_tokens,
+            stop=flight.prompt.stop,
         )
 
-        def emit(text: str) -> None:
-            if not suggestion.finished:
-                suggestion.text += text
-                peer.send_stateless(SuggestionDelta(request.id, text).encode())
+        def emit(piece: str) -> None:
+            if flight.finished:
+                return
+            flight.text += piece
+            for suggestion in flight.subscribers:
+                if not suggestion.finished:
+                    self._send_delta(suggestion, piece)
 
-        result, ttft = await run_generation(
-            self.provider,
-            generation,
-            suggestion.cancel,
-            emit,
-            interval=self.settings.coalesce_seconds,
-            timeout=self.settings.request_timeout,
-            metrics=self.metrics,
-            requested_at=suggestion.requested_at,
-            path="ws",
-        )
-        if not suggestion.finished:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        try:
+            result, _ = await run_generation(
+                self.provider,
+                generation,
+                flight.cancel,
+                emit,
+                interval=self.settings.coalesce_seconds,
+                timeout=self.settings.request_timeout,
+                metrics=self.metrics,
+                requested_at=None,  # TTFT is per request: see _send_delta
+                path="ws",
+            )
+        finally:
+            if flight.prefetch_for is not None:
+                self.budget.record(began, loop.time())
+        flight.pieces = result.pieces
+        if not flight.finished:
+            self._complete(flight)
+
+    def _complete(self, flight: Flight) -> None:
+        flight.finished = True
+        if flight.prefetch_for is not None:
+            self.prefetch_counts["completed"] += 1
+        state = self._rooms.get(flight.room.name)
+        if state is not None:
+            state.flights.discard(flight)
+        if self.cache is not None and flight.text:
+            self._store(flight)
+        for suggestion in flight.subscribers:
+            if suggestion.finished:
+                continue
             suggestion.finished = True
             self.metrics.outcomes.labels("done").inc()
-            if self.cache is not None and suggestion.query is not None and suggestion.text:
-                self.cache.put(suggestion.query, suggestion.text)
-            peer.send_stateless(
-                SuggestionEnd(
-                    request.id,
-                    "done",
-                    None if ttft is None else round(ttft * 1000, 2),
-                    result.pieces,
-                ).encode()
+            ttft = None
+            if suggestion.first_at is not None:
+                ttft = round((suggestion.first_at - suggestion.requested_at) * 1000, 2)
+            suggestion.peer.send_stateless(
+                SuggestionEnd(suggestion.request.id, "done", ttft, flight.pieces).encode()
             )
 
-    def _job_done(self, suggestion: Suggestion, job: asyncio.Future[Any]) -> None:
+    def _store(self, flight: Flight) -> None:
+        assert self.cache is not None
+        vector = None
+        if flight.embed_text is not None and self.embedder is not None:
+            vector = self.embedder.cached(flight.embed_text)
+        entry = self.cache.put(flight.query, flight.text, vector, prefetched=not flight.served)
+        if entry is not None and vector is None and flight.embed_text is not None:
+            self._embed_later(flight.embed_text, entry)
+
+    def _landed(self, flight: Flight, job: asyncio.Future[Any]) -> None:
+        """The scheduler is done with ``flight``'s job: ran, failed, or cancelled (by us, or
+        preempted as a prefetch nobody waited for)."""
         self.metrics.queue_depth.set(self.scheduler.depth)
-        self._settle(suggestion)
+        if flight.finished:
+            return
         if job.cancelled():
+            self._end_flight(flight, "cancelled")
             return
         error = job.exception()
-        if error is None or suggestion.finished:
+        flight.finished = True
+        self._room_state(flight.room).flights.discard(flight)
+        if error is None:
             return
-        suggestion.finished = True
-        if isinstance(error, AiError):
-            self._error(suggestion.peer, suggestion.request.id, error.code, str(error))
-        else:
+        if not isinstance(error, AiError):
             log.error("suggestion failed", exc_info=error)
-            self._error(suggestion.peer, suggestion.request.id, "internal", "suggestion failed")
+            error = AiError("suggestion failed")
+        for suggestion in flight.subscribers:
+            if not suggestion.finished:
+                suggestion.finished = True
+                self._error(suggestion.peer, suggestion.request.id, error.code, str(error))
 
-    def _settle(self, suggestion: Suggestion) -> None:
-        state = self._rooms.get(suggestion.room.name)
+    def _end_flight(self, flight: Flight, reason: str) -> None:
+        """Stop a flight now (the model stops within one token); its requests end with
+        ``reason``."""
+        flight.cancel.cancel()
+        if flight.job is not None:
+            flight.job.cancel()
+        if flight.finished:
+            return
+        flight.finished = True
+        state = self._rooms.get(flight.room.name)
         if state is not None:
-            state.active.pop((suggestion.peer.peer_id, suggestion.request.id), None)
+            state.flights.discard(flight)
+        if flight.prefetch_for is not None and not flight.served:
+            self.prefetch_counts["wasted"] += 1
+        for suggestion in flight.subscribers:
+            self._stop(suggestion, reason)
 
     def _stop(self, suggestion: Suggestion, reason: str, *, notify: bool = True) -> None:
-        """End an in-flight suggestion now (the model stops within one token)."""
-        suggestion.cancel.cancel()
-        if suggestion.job is not None:
-            suggestion.job.cancel()
+        """End one request now. Its flight goes on while other requests (or a prefetch) still
+        want it, and stops otherwise."""
         if suggestion.finished:
             return
         suggestion.finished = True
-        self._settle(suggestion)
         self.metrics.outcomes.labels(reason).inc()
         if notify:
             suggestion.peer.send_stateless(SuggestionEnd(suggestion.request.id, reason).encode())
+        flight = suggestion.flight
+        if flight is None or flight.finished:
+            return
+        if all(s.finished for s in flight.subscribers) and flight.prefetch_for is None:
+            self._end_flight(flight, reason)
 
     def _cancel(self, peer: Peer, request_id: str, reason: str) -> None:
         suggestion = self._by_peer.get(peer.peer_id, {}).get(request_id)
@@ -323,16 +571,124 @@ class AiEngine:
         self._stop(suggestion, reason)
 
     def _check_stale(self, room: Room, state: _RoomState) -> None:
-        """After edits: cancel in-flight completions whose text right at the cursor changed."""
+        """After edits: stop completions whose text right at the cursor changed, unless what
+        was typed there is how the completion begins (type-ahead: it goes on)."""
         state.check_scheduled = False
-        if not state.active:
+        if not state.flights:
             return
         text = str(room.doc.get(TEXT_NAME, type=Text))
-        for suggestion in list(state.active.values()):
-            if suggestion.finished or suggestion.request.kind != "complete":
+        for flight in list(state.flights):
+            if flight.finished or flight.prompt.kind != "complete":
                 continue
-            if not suggestion.anchor.intact(text):
-                self._stop(suggestion, "cancelled")
+            if flight.anchor.intact(text):
+                continue
+            typed = flight.anchor.typed(text)
+            if typed and flight.text.startswith(typed):
+                continue
+            self._end_flight(flight, "cancelled")
+
+    # ---- prefetch ---------------------------------------------------------------------------
+
+    def _paused(self, room: Room, peer: Peer) -> None:
+        """An editor's debounce timer fired: prefetch at its cursor if it has stopped typing."""
+        state = self._rooms.get(room.name)
+        pause = state.pauses.get(peer.peer_id) if state is not None else None
+        if state is None or pause is None:
+            return  # the editor left, or the document unloaded
+        loop = asyncio.get_running_loop()
+        left = pause.remaining(loop.time(), self.settings.prefetch_seconds)
+        if left > 0:
+            loop.call_later(left, self._paused, room, peer)
+            return
+        try:
+            self._prefetch(room, state, peer)
+        except Exception:
+            log.exception("prefetch failed")
+
+    def _prefetch(self, room: Room, state: _RoomState, peer: Peer) -> None:
+        text = str(room.doc.get(TEXT_NAME, type=Text))
+        before, state.seen_text = state.seen_text, text
+        # The server sees edits, not cursors: the editor's cursor is taken to be where the
+        # text changed since prefetch last looked (see prefetch.edited_end).
+        cursor = edited_end(before, text) if before is not None else None
+        if cursor is None:
+            return
+        memo = state.memos.setdefault(peer.peer_id, ContextMemo())
+        prompt = self.builder.complete(state.regions, text, cursor, memo)
+        max_tokens = self.settings.default_max_tokens
+        query = self._query(room, "complete", max_tokens, prompt)
+        embed_text = self._embed_text(prompt)
+        if embed_text is not None and self.embedder is not None:
+            if self.embedder.cached(embed_text) is None:
+                self._embed_later(embed_text, None)  # so the request finds it ready
+        key = exact_key(query)
+        previous = state.prefetches.get(peer.peer_id)
+        if previous is not None and not previous.finished:
+            if previous.key == key:
+                return
+            if not previous.subscribers:
+                self._end_flight(previous, "cancelled")
+        if (self.cache is not None and self.cache.has_exact(query)) or any(
+            f.key == key for f in state.flights
+        ):
+            return  # already known or being computed
+        if not self.scheduler.idle or not self.budget.allows(asyncio.get_running_loop().time()):
+            self.prefetch_counts["skipped"] += 1
+            return
+        flight = Flight(
+            room,
+            query,
+            key,
+            prompt,
+            TextAnchor.at(text, cursor),
+            max_tokens,
+            f"{room.name}\0{peer.peer_id}",
+            embed_text,
+            prefetch_for=peer.peer_id,
+        )
+        try:
+            self._launch(flight, PREFETCH_PRIORITY)
+        except Busy:
+            self.prefetch_counts["skipped"] += 1
+            return
+        state.prefetches[peer.peer_id] = flight
+        self.prefetch_counts["started"] += 1
+
+    def _embed_later(self, text: str, entry: int | None) -> None:
+        """Embed ``text`` in the background (bounded); give cache entry ``entry`` the vector."""
+        if self.embedder is None or not self.embedder.ready or self._embedding >= 8:
+            return
+        self._embedding += 1
+        embedder = self.embedder
+
+        async def embed() -> None:
+            try:
+                vector = (await embedder.embed([text]))[0]
+            finally:
+                self._embedding -= 1
+            if entry is not None and self.cache is not None:
+                self.cache.add_vector(entry, vector)
+
+        self._spawn(embed())
+
+    def _spawn(self, work: Any) -> None:
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background AI work failed", exc_info=task.exception())
+
+    def stats(self) -> dict[str, int]:
+        """Prefetch outcomes, counting answers computed ahead that the cache served later or
+        dropped unused."""
+        counts = dict(self.prefetch_counts)
+        if self.cache is not None:
+            counts["used"] = counts.get("used", 0) + self.cache.prefetch_used
+            counts["wasted"] = counts.get("wasted", 0) + self.cache.prefetch_unused
+        return counts
 
     # ---- accept -----------------------------------------------------------------------------
 
@@ -353,8 +709,19 @@ class AiEngine:
             raise BadRequest("the text around the suggestion changed; ask again")
         if suggestion.passage is not None and not current.startswith(suggestion.passage, where):
             raise BadRequest("the selected text changed; ask again")
+        insert = suggestion.text
+        if suggestion.passage is None:
+            # The editor may have typed the suggestion's first characters already (type-ahead):
+            # insert only the rest, after them.
+            typed = suggestion.anchor.typed(current)
+            if typed and insert.startswith(typed):
+                where, insert = where + len(typed), insert[len(typed) :]
+            if not insert:
+                raise BadRequest("the suggestion has been typed in full already")
         self._by_peer.get(peer.peer_id, {}).pop(request_id, None)
-        written = room.edit(lambda doc: _apply(doc, suggestion, current, where), origin=AI_ORIGIN)
+        written = room.edit(
+            lambda doc: _apply(doc, insert, suggestion.passage, current, where), origin=AI_ORIGIN
+        )
         await written
         self.metrics.accepts.inc()
         peer.send_stateless(SuggestionAccepted(request_id).encode())
@@ -383,16 +750,22 @@ class AiEngine:
         for suggestions in self._by_peer.values():
             for suggestion in suggestions.values():
                 self._stop(suggestion, "cancelled", notify=False)
+        for state in self._rooms.values():
+            for flight in list(state.flights):
+                self._end_flight(flight, "cancelled")
+        for task in self._tasks:
+            task.cancel()
 
 
-def _apply(doc: Doc, suggestion: Suggestion, current: str, where: int) -> None:
-    """Insert (or replace the passage with) the suggestion; pycrdt counts UTF-8 bytes."""
+def _apply(doc: Doc, insert: str, passage: str | None, current: str, where: int) -> None:
+    """Insert ``insert`` at ``where`` (replacing ``passage`` there, for a rewrite); pycrdt
+    counts UTF-8 bytes."""
     text = doc.get(TEXT_NAME, type=Text)
     start = index_to_utf8(current, where)
-    if suggestion.passage:
-        end = index_to_utf8(current, where + len(suggestion.passage))
+    if passage:
+        end = index_to_utf8(current, where + len(passage))
         del text[start:end]
-    text.insert(start, suggestion.text)
+    text.insert(start, insert)
 
 
 def _approximate_tokens(text: str) -> int:

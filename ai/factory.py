@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from .cache import CacheSettings, SuggestionCache
+from .embedder import Embedder
 from .engine import AiEngine, AiSettings
-from .metrics import AiMetrics
+from .metrics import AiMetrics, CacheCollector
 from .providers.base import Provider
 from .scheduler import Scheduler
 
@@ -49,13 +50,18 @@ def build_provider(settings: Any) -> Provider | None:
 
 
 def build_engine(
-    settings: Any, provider: Provider, scheduler: Scheduler, registry: Any
+    settings: Any,
+    provider: Provider,
+    scheduler: Scheduler,
+    registry: Any,
+    embedder: Embedder | None = None,
 ) -> AiEngine:
     count_tokens = None
     tokenize = getattr(provider, "tokenize", None)
     if tokenize is not None:
         count_tokens = lambda text: len(tokenize(text))  # noqa: E731 - the real tokenizer
-    return AiEngine(
+    cache = _cache(settings)
+    engine = AiEngine(
         provider,
         scheduler,
         AiMetrics(registry),
@@ -64,14 +70,29 @@ def build_engine(
             coalesce_seconds=settings.ai_coalesce_ms / 1000,
             request_timeout=settings.ai_timeout,
             queue_limit=settings.ai_queue_limit,
+            prefetch_seconds=settings.ai_prefetch_ms / 1000,
+            prefetch_budget=settings.ai_prefetch_budget,
         ),
         count_tokens=count_tokens,
-        cache=_cache(settings),
+        cache=cache,
+        embedder=embedder if cache is not None else None,
     )
+    registry.register(CacheCollector(engine))
+    return engine
+
+
+def wants_embedder(settings: Any) -> bool:
+    return settings.ai_semantic == "on" and settings.ai_cache_entries > 0
 
 
 def _cache(settings: Any) -> SuggestionCache | None:
-    """Exact and type-ahead layers (the semantic layer needs the embedder: not wired yet)."""
     if settings.ai_cache_entries <= 0:
         return None
-    return SuggestionCache(CacheSettings(max_entries=settings.ai_cache_entries))
+    return SuggestionCache(
+        CacheSettings(
+            max_entries=settings.ai_cache_entries,
+            max_bytes=int(settings.ai_cache_mb * 2**20),
+            ttl_seconds=settings.ai_cache_ttl,
+            threshold=settings.ai_semantic_threshold,
+        )
+    )

@@ -22,10 +22,11 @@ async def run_generation(
     interval: float,
     timeout: float,
     metrics: AiMetrics,
-    requested_at: float,
+    requested_at: float | None,
     path: str,
 ) -> tuple[StreamResult, float | None]:
-    """Returns the stream's result and the time to first token in seconds (None if no text)."""
+    """Returns the stream's result and the time to first token in seconds (None if no text,
+    or no ``requested_at``: a prefetch nobody has asked for yet has no TTFT)."""
     pieces = provider.stream(generation, cancel)
     try:
         async with asyncio.timeout(timeout):
@@ -33,10 +34,10 @@ async def run_generation(
     except TimeoutError as exc:
         raise ProviderTimeout("the model did not finish in time") from exc
     metrics.warm_hits.set(provider.warm_hits())
-    if result.first_piece_at is None:
+    for before, after in zip(result.piece_times, result.piece_times[1:], strict=False):
+        metrics.itl.labels(provider.name, path).observe(after - before)
+    if result.first_piece_at is None or requested_at is None:
         return result, None
     ttft = result.first_piece_at - requested_at
     metrics.ttft.labels(provider.name, path).observe(ttft)
-    for before, after in zip(result.piece_times, result.piece_times[1:], strict=False):
-        metrics.itl.labels(provider.name, path).observe(after - before)
     return result, ttft

@@ -68,8 +68,26 @@ class Scheduler:
                 raise Busy("the model is busy; try again shortly")
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._heap, _Job(priority, next(self._seq), run, done))
+        running = self.running
+        if priority == INTERACTIVE and running is not None and running.priority == PREFETCH:
+            running.done.cancel()  # speculative work gives the model up at once
         self._wake.set()
         return done
+
+    def promote(self, done: asyncio.Future[Any]) -> None:
+        """Someone now waits for this job: it becomes interactive (and is never preempted)."""
+        if self.running is not None and self.running.done is done:
+            self.running.priority = INTERACTIVE
+            return
+        for job in self._heap:
+            if job.done is done:
+                job.priority = INTERACTIVE
+                heapq.heapify(self._heap)
+                return
+
+    @property
+    def idle(self) -> bool:
+        return self.running is None and not any(not j.done.done() for j in self._heap)
 
     def _evict_prefetch(self) -> bool:
         """Interactive work displaces queued prefetch rather than being refused."""

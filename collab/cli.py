@@ -34,7 +34,13 @@ _HELP = {
     "ai_threads": "threads the local model uses",
     "ai_state_budget_mb": "memory for warm per-editor model states (LRU beyond it)",
     "ai_max_tokens": "default suggestion length in tokens",
-    "ai_cache_entries": "suggestions kept for exact and type-ahead reuse (0: no cache)",
+    "ai_cache_entries": "suggestions kept in the cache (0: no cache)",
+    "ai_cache_mb": "memory bound of the suggestion cache, vectors included",
+    "ai_cache_ttl": "seconds a cached suggestion stays servable",
+    "ai_semantic": "'on': also serve near-identical contexts (MiniLM + FAISS); 'off'",
+    "ai_semantic_threshold": "cosine similarity a semantic hit needs (plus word agreement)",
+    "ai_prefetch_ms": "compute the suggestion at an editor's cursor after this pause (0: off)",
+    "ai_prefetch_budget": "share of model time prefetch may use (over 10 s)",
     "ai_queue_limit": "suggestion jobs queued before answering 'busy'",
     "ai_coalesce_ms": "streamed text is sent at most once per this many ms after the first",
     "ai_timeout": "seconds a suggestion may take before it fails",
@@ -71,12 +77,16 @@ def main(argv: list[str] | None = None) -> int:
 
     bench = commands.add_parser("bench", help="benchmarks (not tests)")
     bench_kinds = bench.add_subparsers(dest="bench", required=True)
-    from .bench_sync import add_sync_arguments
+    words = sys.argv[1:] if argv is None else argv
+    if "bench" in words:  # the server never imports benchmark code (or its dependencies)
+        from .bench_ai import add_ai_arguments
+        from .bench_sync import add_sync_arguments
 
-    add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
-    from .bench_ai import add_ai_arguments
-
-    add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
+        add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
+        add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
+    else:
+        bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
+        bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
 
     args = parser.parse_args(argv)
     if args.command == "serve":

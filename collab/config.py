@@ -42,6 +42,13 @@ class Settings:
     ai_state_budget_mb: int = 256
     ai_max_tokens: int = 24
     ai_cache_entries: int = 4096
+    ai_cache_mb: float = 16.0
+    ai_cache_ttl: float = 600.0
+    # The semantic layer embeds contexts with MiniLM (loaded in the background at start).
+    ai_semantic: str = "on"
+    ai_semantic_threshold: float = 0.92
+    ai_prefetch_ms: float = 200.0
+    ai_prefetch_budget: float = 0.5
     ai_queue_limit: int = 8
     ai_coalesce_ms: float = 50.0
     ai_timeout: float = 60.0
@@ -68,6 +75,12 @@ class Settings:
             raise ValueError("ai_provider must be local, openai, scripted or none")
         if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
             raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
+        if self.ai_semantic not in ("on", "off"):
+            raise ValueError("ai_semantic must be 'on' or 'off'")
+        if not 0.0 < self.ai_semantic_threshold <= 1.0:
+            raise ValueError("ai_semantic_threshold must be in (0, 1]")
+        if not 0.0 <= self.ai_prefetch_budget <= 1.0:
+            raise ValueError("ai_prefetch_budget must be between 0 and 1")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 

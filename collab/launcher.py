@@ -72,6 +72,10 @@ class ServerProcess:
             TETHER_LOG_LEVEL="warning",
             # Most tests and the sync bench need no model; AI tests ask for one explicitly.
             TETHER_AI_PROVIDER="none",
+            # Prefetch and the semantic layer change which source serves a request, and the
+            # embedder costs ~11 s of start-up CPU: only the tests about them turn them on.
+            TETHER_AI_SEMANTIC="off",
+            TETHER_AI_PREFETCH_MS="0",
         )
         for key, value in self.settings.items():
             env["TETHER_" + key.upper()] = str(value)

@@ -263,7 +263,7 @@ def create_app(
 
 async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metrics: Metrics) -> Any:
     """The AI engine on the configured provider, or None when AI is off."""
-    from ai.factory import build_engine, build_provider
+    from ai.factory import build_engine, build_provider, wants_embedder
     from ai.scheduler import Scheduler
 
     provider = build_provider(settings)
@@ -272,10 +272,27 @@ async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metric
         return None
     await stack.enter_async_context(provider)
     scheduler = await stack.enter_async_context(Scheduler(settings.ai_queue_limit))
-    engine = build_engine(settings, provider, scheduler, metrics.registry)
+    embedder = None
+    if wants_embedder(settings):
+        from ai.embedder import Embedder
+
+        # Loads in the background (~11 s): sync and the other layers serve meanwhile.
+        embedder = Embedder()
+        embedder.start_loading().add_done_callback(_report_embedder)
+        stack.push_async_exit(embedder)
+    engine = build_engine(settings, provider, scheduler, metrics.registry, embedder)
     stack.callback(engine.close)
     log.info("AI suggestions from the %r provider", provider.name)
     return engine
+
+
+def _report_embedder(loading: asyncio.Future[Any]) -> None:
+    if loading.cancelled():
+        return
+    if loading.exception() is not None:
+        log.error("the semantic cache is off: %s", loading.exception())
+    else:
+        log.info("semantic cache ready (embedding model loaded)")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -444,7 +444,7 @@ async def test_queue_full_answers_busy_at_once_while_others_complete(
                 await ed.doc.wait_text("Busy day at the office")
             sent_at = time.monotonic()
             for i, ed in enumerate(editors):
-                ed.suggest(f"b{i}", 4)
+                ed.suggest(f"b{i}", 4 + i)  # distinct contexts: identical ones share a flight
             outcomes = [await ed.finished(f"b{i}") for i, ed in enumerate(editors)]
             busy = [i for i, o in enumerate(outcomes) if o["type"] == "suggestion.error"]
             done = [i for i, o in enumerate(outcomes) if o["type"] == "suggestion.end"]

@@ -1,0 +1,123 @@
+"""Prefetch and type-ahead on a generation in flight, over the real socket (scripted provider:
+these are tests of the mechanics, so the model's pace is set by the script)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from protocol.client import TetherClient
+from tests.ai.asking import ask, collect, metric, send_suggest, wait_metric
+from tests.serverproc import ServerProcess
+
+pytestmark = pytest.mark.anyio
+
+PIECES = [" and", " the", " gulls", " cried."]
+# 0.15 s between pieces: a generation lasts ~0.6 s, long enough to type into while it runs.
+SCRIPT = json.dumps({"pieces": PIECES, "delay": 0.15})
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with ServerProcess(
+        Path(tmp_path_factory.mktemp("prefetch")),
+        ai_provider="scripted",
+        ai_script=SCRIPT,
+        ai_prefetch_ms=200,
+    ) as proc:
+        yield proc
+
+
+async def prefetch_count(server: ServerProcess, outcome: str) -> float:
+    return await metric(server, "tether_ai_prefetch_total", outcome=outcome)
+
+
+async def test_a_pause_computes_the_suggestion_the_next_request_gets(server) -> None:
+    started = await prefetch_count(server, "started")
+    used = await prefetch_count(server, "used")
+    async with TetherClient(server.ws_url, token=server.token()) as client:
+        doc = await client.open("prefetch-used")
+        doc.append("The tide came in")
+        await doc.wait_acked()
+        # The editor stops typing: 200 ms later the server starts on its cursor.
+        await wait_metric(
+            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
+        )
+        answer = await ask(doc, "p1", max_tokens=None)
+    assert (answer.source, answer.text) == ("prefetch", "".join(PIECES))
+    assert await prefetch_count(server, "used") == used + 1
+
+
+async def test_typing_again_cancels_the_prefetch(server) -> None:
+    started = await prefetch_count(server, "started")
+    wasted = await prefetch_count(server, "wasted")
+    async with TetherClient(server.ws_url, token=server.token()) as client:
+        doc = await client.open("prefetch-typing")
+        doc.append("The wind rose")
+        await doc.wait_acked()
+        await wait_metric(
+            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
+        )
+        doc.append(" sharply over")  # not how the prefetched text begins: it is stale now
+        await doc.wait_acked()
+        await wait_metric(
+            server, "tether_ai_prefetch_total", lambda v: v > wasted, outcome="wasted"
+        )
+        answer = await ask(doc, "p2", max_tokens=None)
+    # Served for the new cursor (by the model, or by a prefetch made after this pause).
+    assert answer.source in ("model", "prefetch") and answer.text == "".join(PIECES)
+
+
+async def test_typing_the_start_of_a_streaming_suggestion_serves_the_rest_from_it(
+    server,
+) -> None:
+    models = await metric(server, "tether_ai_requests_total", source="model")
+    async with TetherClient(server.ws_url, token=server.token()) as client:
+        doc = await client.open("inflight-typeahead")
+        doc.append("The nets were heavy")
+        await doc.wait_acked()
+        send_suggest(doc, "t1")
+        first_delta = ""
+        with anyio.fail_after(10):
+            while not first_delta:
+                message = json.loads(await doc.stateless.get())
+                if message.get("type") == "suggestion.delta":
+                    first_delta = message["text"]
+        doc.append(first_delta)  # the editor types what it sees, as it streams
+        await doc.wait_acked()
+        send_suggest(doc, "t2")
+        second = await collect(doc, "t2")
+    assert first_delta == PIECES[0]
+    assert second.source == "typeahead"
+    assert second.text == "".join(PIECES)[len(first_delta) :]
+    assert second.end["reason"] == "done" and second.end["tokens"] == len(PIECES)
+    # One generation served both requests.
+    assert await metric(server, "tether_ai_requests_total", source="model") == models + 1
+
+
+async def test_an_interactive_request_preempts_a_running_prefetch(server) -> None:
+    started = await prefetch_count(server, "started")
+    completed = await prefetch_count(server, "completed")
+    wasted = await prefetch_count(server, "wasted")
+    async with TetherClient(server.ws_url, token=server.token()) as client:
+        asker = await client.open("preempt-asker")
+        asker.append("Someone else entirely")
+        await asker.wait_acked()
+        await wait_metric(
+            server, "tether_ai_prefetch_total", lambda v: v > completed, outcome="completed"
+        )
+        writer = await client.open("preempt-writer")
+        writer.append("A prefetch nobody waits for")
+        await writer.wait_acked()
+        await wait_metric(
+            server, "tether_ai_prefetch_total", lambda v: v >= started + 2, outcome="started"
+        )
+        # Not what the asker's own prefetch computed (another length): the model is needed,
+        # and the writer's speculative run gives it up at once.
+        answer = await ask(asker, "x1", max_tokens=8)
+    assert answer.source == "model" and answer.text == "".join(PIECES)
+    assert await prefetch_count(server, "wasted") == wasted + 1
