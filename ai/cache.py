@@ -40,13 +40,27 @@ _WORDS = re.compile(r"\w+(?:['\u2019.,:/-]\w+)*")
 _STOPWORDS = frozenset(
     "a an the this that these those of to for in on at by with from into about as and or but so"
     " then than too also just very any some all each every is are was were be been being am"
-    " it its it's i we you they me us them my our your their mine ours yours theirs which who"
-    " whom whose what do does did has have had will would shall should can could may might must"
-    " there here please".split()
+    " it its which who whom whose what do does did has have had will would shall should can"
+    " could may might must there here please".split()
 )
+# Words that must match exactly: negations, and every personal pronoun (who does it changes
+# what comes next: "I will send it, so you..." against "You will send it, so you...").
 _STRICT = frozenset(
-    "not no never nor none nothing nobody neither cannot without he she him her his hers"
-    " himself herself".split()
+    "not no never nor none nothing nobody neither cannot without i me my mine myself we us our"
+    " ours ourselves you your yours yourself yourselves he him his himself she her hers herself"
+    " they them their theirs themselves".split()
+)
+# Contractions written out, so "we're" and "we are" compare equal and "isn't" shows its "not".
+_CONTRACTIONS = (
+    (re.compile(r"\b(can)['\u2019]t\b"), r"\1 not"),
+    (re.compile(r"\bwon['\u2019]t\b"), "will not"),
+    (re.compile(r"\b(\w+)n['\u2019]t\b"), r"\1 not"),
+    (re.compile(r"\b(\w+)['\u2019]re\b"), r"\1 are"),
+    (re.compile(r"\b(\w+)['\u2019]ll\b"), r"\1 will"),
+    (re.compile(r"\b(\w+)['\u2019]ve\b"), r"\1 have"),
+    (re.compile(r"\b(\w+)['\u2019]d\b"), r"\1 would"),
+    (re.compile(r"\b(\w+)['\u2019]m\b"), r"\1 am"),
+    (re.compile(r"\b(\w+)['\u2019]s\b"), r"\1"),  # is, has or possessive: none changes much
 )
 
 
@@ -403,7 +417,10 @@ def embedding_text(window: str) -> str:
 
 def content_words(window: str) -> tuple[str, ...]:
     """The cursor paragraph's words that carry meaning, case-folded, in order."""
-    words = _WORDS.findall(embedding_text(window).casefold())
+    text = embedding_text(window).casefold()
+    for pattern, replacement in _CONTRACTIONS:
+        text = pattern.sub(replacement, text)
+    words = _WORDS.findall(text)
     return tuple(word for word in words if word not in _STOPWORDS)
 
 
@@ -418,6 +435,10 @@ def same_content(cached: tuple[str, ...], new: tuple[str, ...]) -> bool:
         if old in _STRICT or now in _STRICT or _has_digit(old) or _has_digit(now):
             return False
         if old.endswith("n't") or now.endswith("n't"):
+            return False
+        # A typo keeps a word's first letter and length class; a different word that happens
+        # to be a few letters away ("increased"/"decreased", "GB"/"MB") does not.
+        if old[0] != now[0] or min(len(old), len(now)) <= 3:
             return False
         allowed = 1 if max(len(old), len(now)) <= 5 else 2 if max(len(old), len(now)) <= 8 else 3
         if _edit_distance(old, now) > allowed:

@@ -345,7 +345,14 @@ class AiEngine:
             f"{room.name}\0{peer.peer_id}",
             embed_text,
         )
-        self._launch(flight, INTERACTIVE)  # raises Busy at once when the queue is full
+        # The editor's previous request is superseded even if this one is then refused as busy
+        # (its slot in the queue is freed first).
+        self._claim(suggestion)
+        try:
+            self._launch(flight, INTERACTIVE)  # raises Busy at once when the queue is full
+        except AiError:
+            suggestion.finished = True
+            raise
         self._attach(suggestion, flight, 0, MODEL)
 
     def _launch(self, flight: Flight, priority: int) -> None:
