@@ -80,7 +80,7 @@ class Pause:
     def remaining(self, now: float, debounce: float) -> float:
         """Seconds until the pause is long enough; 0 means it is now (the timer is spent)."""
         left = self.last + debounce - now
-        if left <= 0:
+        if left <= 0.001:  # timers fire a hair early or late: a millisecond is "now"
             self.armed = False
             return 0.0
         return left
