@@ -121,3 +121,35 @@ async def test_an_interactive_request_preempts_a_running_prefetch(server) -> Non
         answer = await ask(asker, "x1", max_tokens=8)
     assert answer.source == "model" and answer.text == "".join(PIECES)
     assert await prefetch_count(server, "wasted") == wasted + 1
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with ServerProcess(
+        Path(tmp_path_factory.mktemp("prefetch-local")),
+        ai_provider="local",
+        ai_max_tokens=6,
+        ai_prefetch_ms=200,
+    ) as proc:
+        yield proc
+
+
+async def test_the_embedded_model_prefetches_and_the_cache_replays_it(local_server) -> None:
+    server = local_server
+    completed = await prefetch_count(server, "completed")
+    async with TetherClient(server.ws_url, token=server.token()) as client:
+        doc = await client.open("prefetch-real-model")
+        doc.append("The harbour was quiet that morning, and the fishermen")
+        await doc.wait_acked()
+        await wait_metric(
+            server,
+            "tether_ai_prefetch_total",
+            lambda v: v > completed,
+            outcome="completed",
+            timeout=60,
+        )
+        prefetched = await ask(doc, "r1", max_tokens=None)
+        repeated = await ask(doc, "r2", max_tokens=None)
+    assert prefetched.source == "prefetch" and prefetched.text.strip()
+    assert prefetched.end["reason"] == "done"
+    assert (repeated.source, repeated.text) == ("exact", prefetched.text)
