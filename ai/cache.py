@@ -36,6 +36,7 @@ _ENTRY_OVERHEAD = 256  # bytes: dict slots, keys and the entry object, roughly
 _SPACES = re.compile(r"[ \t\u00a0]+")
 _BREAKS = re.compile(r"\n{2,}")
 _WORDS = re.compile(r"\w+(?:['\u2019.,:/-]\w+)*")
+_TOKENS = re.compile(r"\w+(?:['\u2019.,:/-]\w+)*|[^\w\s]")
 # Words whose change rarely changes the right continuation; negations are NOT among them.
 _STOPWORDS = frozenset(
     "a an the this that these those of to for in on at by with from into about as and or but so"
@@ -70,7 +71,7 @@ class CacheSettings:
     max_bytes: int = 16 * 2**20
     ttl_seconds: float = 600.0
     # Chosen from tests/ai/test_semantic_threshold.py's table (precision vs hit rate).
-    threshold: float = 0.92
+    threshold: float = 0.90
     # The semantic layer also needs these last words before the cursor to agree exactly
     # (after normalisation): for an edit suggestion one changed word can flip the answer.
     agreement_words: int = 4
@@ -420,8 +421,15 @@ def content_words(window: str) -> tuple[str, ...]:
     text = embedding_text(window).casefold()
     for pattern, replacement in _CONTRACTIONS:
         text = pattern.sub(replacement, text)
-    words = _WORDS.findall(text)
-    return tuple(word for word in words if word not in _STOPWORDS)
+    tokens = _TOKENS.findall(text)
+    # Symbols count as content: a currency sign or an emoji (👍 against 👎, $ against €) can
+    # flip the answer, and the embedding barely sees them (MiniLM: 1.000 for 👍 against 👎).
+    return tuple(
+        token
+        for token in tokens
+        if token not in _STOPWORDS
+        and (len(token) > 1 or token.isalnum() or unicodedata.category(token).startswith("S"))
+    )
 
 
 def same_content(cached: tuple[str, ...], new: tuple[str, ...]) -> bool:

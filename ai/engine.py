@@ -135,6 +135,8 @@ class _RoomState:
     memos: dict[int, ContextMemo] = field(default_factory=dict)  # per editor (peer id)
     pauses: dict[int, Pause] = field(default_factory=dict)  # per editor: typing debounce
     prefetches: dict[int, Flight] = field(default_factory=dict)  # per editor: the latest
+    # Per editor: the length its completions ask for, so its prefetch computes the same one.
+    lengths: dict[int, int] = field(default_factory=dict)
     seen_text: str | None = None  # the text when prefetch last looked: its diff base
     check_scheduled: bool = False
 
@@ -230,6 +232,7 @@ class AiEngine:
         if state is not None:
             state.memos.pop(peer.peer_id, None)
             state.pauses.pop(peer.peer_id, None)
+            state.lengths.pop(peer.peer_id, None)
             prefetch = state.prefetches.pop(peer.peer_id, None)
             if prefetch is not None and not prefetch.subscribers:
                 self._end_flight(prefetch, "cancelled")
@@ -261,6 +264,8 @@ class AiEngine:
             prompt = self.builder.complete(state.regions, text, cursor, memo)
             anchor = TextAnchor.at(text, cursor)
         max_tokens = request.max_tokens or self.settings.default_max_tokens
+        if request.kind == "complete":
+            state.lengths[peer.peer_id] = max_tokens
         query = self._query(room, request.kind, max_tokens, prompt)
         suggestion = Suggestion(
             request, peer, room, prompt, anchor, passage, time.perf_counter(), query
@@ -613,6 +618,11 @@ class AiEngine:
             log.exception("prefetch failed")
 
     def _prefetch(self, room: Room, state: _RoomState, peer: Peer) -> None:
+        if peer.peer_id not in state.lengths:
+            # Only for editors that ask for completions: scripts, bots and editors with
+            # suggestions off never do, and computing theirs would only take the model from
+            # (and evict the warm state of) those who do.
+            return
         text = str(room.doc.get(TEXT_NAME, type=Text))
         before, state.seen_text = state.seen_text, text
         # The server sees edits, not cursors: the editor's cursor is taken to be where the
@@ -622,7 +632,7 @@ class AiEngine:
             return
         memo = state.memos.setdefault(peer.peer_id, ContextMemo())
         prompt = self.builder.complete(state.regions, text, cursor, memo)
-        max_tokens = self.settings.default_max_tokens
+        max_tokens = state.lengths.get(peer.peer_id, self.settings.default_max_tokens)
         query = self._query(room, "complete", max_tokens, prompt)
         embed_text = self._embed_text(prompt)
         if embed_text is not None and self.embedder is not None:

@@ -46,7 +46,7 @@ class Settings:
     ai_cache_ttl: float = 600.0
     # The semantic layer embeds contexts with MiniLM (loaded in the background at start).
     ai_semantic: str = "on"
-    ai_semantic_threshold: float = 0.92
+    ai_semantic_threshold: float = 0.90
     ai_prefetch_ms: float = 200.0
     ai_prefetch_budget: float = 0.5
     ai_queue_limit: int = 8

@@ -41,7 +41,10 @@ async def test_a_pause_computes_the_suggestion_the_next_request_gets(server) -> 
     used = await prefetch_count(server, "used")
     async with TetherClient(server.ws_url, token=server.token()) as client:
         doc = await client.open("prefetch-used")
-        doc.append("The tide came in")
+        doc.append("The tide")
+        await doc.wait_acked()
+        await ask(doc, "p0", max_tokens=None)  # prefetch serves editors that ask for completions
+        doc.append(" came in")
         await doc.wait_acked()
         # The editor stops typing: 200 ms later the server starts on its cursor.
         await wait_metric(
@@ -57,7 +60,10 @@ async def test_typing_again_cancels_the_prefetch(server) -> None:
     wasted = await prefetch_count(server, "wasted")
     async with TetherClient(server.ws_url, token=server.token()) as client:
         doc = await client.open("prefetch-typing")
-        doc.append("The wind rose")
+        doc.append("The wind")
+        await doc.wait_acked()
+        await ask(doc, "p0", max_tokens=None)
+        doc.append(" rose")
         await doc.wait_acked()
         await wait_metric(
             server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
@@ -70,6 +76,25 @@ async def test_typing_again_cancels_the_prefetch(server) -> None:
         answer = await ask(doc, "p2", max_tokens=None)
     # Served for the new cursor (by the model, or by a prefetch made after this pause).
     assert answer.source in ("model", "prefetch") and answer.text == "".join(PIECES)
+
+
+async def test_no_prefetch_for_an_editor_that_never_asks(server) -> None:
+    started = await prefetch_count(server, "started")
+    async with TetherClient(server.ws_url, token=server.token()) as client:
+        doc = await client.open("prefetch-never-asks")
+        doc.append("Typed by a script that never wants suggestions")
+        await doc.wait_acked()
+        # Its pause comes and goes (the debounce is 200 ms); then someone who asks pauses too.
+        asker = await client.open("prefetch-asks")
+        asker.append("Typed by")
+        await asker.wait_acked()
+        await ask(asker, "q0", max_tokens=None)
+        asker.append(" someone who does")
+        await asker.wait_acked()
+        await wait_metric(
+            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
+        )
+    assert await prefetch_count(server, "started") == started + 1
 
 
 async def test_typing_the_start_of_a_streaming_suggestion_serves_the_rest_from_it(
@@ -100,21 +125,27 @@ async def test_typing_the_start_of_a_streaming_suggestion_serves_the_rest_from_i
 
 
 async def test_an_interactive_request_preempts_a_running_prefetch(server) -> None:
-    started = await prefetch_count(server, "started")
     completed = await prefetch_count(server, "completed")
-    wasted = await prefetch_count(server, "wasted")
     async with TetherClient(server.ws_url, token=server.token()) as client:
         asker = await client.open("preempt-asker")
-        asker.append("Someone else entirely")
+        asker.append("Someone else")
+        await asker.wait_acked()
+        await ask(asker, "a0", max_tokens=None)
+        asker.append(" entirely")
         await asker.wait_acked()
         await wait_metric(
             server, "tether_ai_prefetch_total", lambda v: v > completed, outcome="completed"
         )
+        started = await prefetch_count(server, "started")
+        wasted = await prefetch_count(server, "wasted")
         writer = await client.open("preempt-writer")
-        writer.append("A prefetch nobody waits for")
+        writer.append("A prefetch")
+        await writer.wait_acked()
+        await ask(writer, "w0", max_tokens=None)
+        writer.append(" nobody waits for")
         await writer.wait_acked()
         await wait_metric(
-            server, "tether_ai_prefetch_total", lambda v: v >= started + 2, outcome="started"
+            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
         )
         # Not what the asker's own prefetch computed (another length): the model is needed,
         # and the writer's speculative run gives it up at once.
@@ -139,7 +170,10 @@ async def test_the_embedded_model_prefetches_and_the_cache_replays_it(local_serv
     completed = await prefetch_count(server, "completed")
     async with TetherClient(server.ws_url, token=server.token()) as client:
         doc = await client.open("prefetch-real-model")
-        doc.append("The harbour was quiet that morning, and the fishermen")
+        doc.append("The harbour was quiet that morning,")
+        await doc.wait_acked()
+        await ask(doc, "r0", max_tokens=None)
+        doc.append(" and the fishermen")
         await doc.wait_acked()
         await wait_metric(
             server,
