@@ -53,6 +53,7 @@ _STRICT = frozenset(
 )
 # Contractions written out, so "we're" and "we are" compare equal and "isn't" shows its "not".
 _CONTRACTIONS = (
+    (re.compile(r"\bthank you\b"), "thanks"),  # the one set phrase that holds a pronoun
     (re.compile(r"\b(can)['\u2019]t\b"), r"\1 not"),
     (re.compile(r"\bwon['\u2019]t\b"), "will not"),
     (re.compile(r"\b(\w+)n['\u2019]t\b"), r"\1 not"),
