@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from protocol.client import TetherClient
+from protocol.client import DocumentHandle, TetherClient
 from tests.ai.asking import ask, collect, metric, send_suggest, wait_metric
 from tests.serverproc import ServerProcess
 
@@ -36,20 +36,33 @@ async def prefetch_count(server: ServerProcess, outcome: str) -> float:
     return await metric(server, "tether_ai_prefetch_total", outcome=outcome)
 
 
+async def wait_prefetch(server: ServerProcess, outcome: str, above: float) -> None:
+    await wait_metric(
+        server, "tether_ai_prefetch_total", lambda v: v > above, outcome=outcome, timeout=60
+    )
+
+
+async def ask_then_type(
+    client: TetherClient, name: str, first: str, then: str, request_id: str = "warm-up"
+) -> DocumentHandle:
+    """An editor types ``first``, asks once (prefetch serves editors who ask for completions),
+    then types ``then`` and pauses."""
+    doc = await client.open(name)
+    doc.append(first)
+    await doc.wait_acked()
+    await ask(doc, request_id, max_tokens=None)
+    doc.append(then)
+    await doc.wait_acked()
+    return doc
+
+
 async def test_a_pause_computes_the_suggestion_the_next_request_gets(server) -> None:
     started = await prefetch_count(server, "started")
     used = await prefetch_count(server, "used")
     async with TetherClient(server.ws_url, token=server.token()) as client:
-        doc = await client.open("prefetch-used")
-        doc.append("The tide")
-        await doc.wait_acked()
-        await ask(doc, "p0", max_tokens=None)  # prefetch serves editors that ask for completions
-        doc.append(" came in")
-        await doc.wait_acked()
+        doc = await ask_then_type(client, "prefetch-used", "The tide", " came in", "p0")
         # The editor stops typing: 200 ms later the server starts on its cursor.
-        await wait_metric(
-            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
-        )
+        await wait_prefetch(server, "started", started)
         answer = await ask(doc, "p1", max_tokens=None)
     assert (answer.source, answer.text) == ("prefetch", "".join(PIECES))
     assert await prefetch_count(server, "used") == used + 1
@@ -59,20 +72,11 @@ async def test_typing_again_cancels_the_prefetch(server) -> None:
     started = await prefetch_count(server, "started")
     wasted = await prefetch_count(server, "wasted")
     async with TetherClient(server.ws_url, token=server.token()) as client:
-        doc = await client.open("prefetch-typing")
-        doc.append("The wind")
-        await doc.wait_acked()
-        await ask(doc, "p0", max_tokens=None)
-        doc.append(" rose")
-        await doc.wait_acked()
-        await wait_metric(
-            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
-        )
+        doc = await ask_then_type(client, "prefetch-typing", "The wind", " rose", "p0")
+        await wait_prefetch(server, "started", started)
         doc.append(" sharply over")  # not how the prefetched text begins: it is stale now
         await doc.wait_acked()
-        await wait_metric(
-            server, "tether_ai_prefetch_total", lambda v: v > wasted, outcome="wasted"
-        )
+        await wait_prefetch(server, "wasted", wasted)
         answer = await ask(doc, "p2", max_tokens=None)
     # Served for the new cursor (by the model, or by a prefetch made after this pause).
     assert answer.source in ("model", "prefetch") and answer.text == "".join(PIECES)
@@ -85,15 +89,8 @@ async def test_no_prefetch_for_an_editor_that_never_asks(server) -> None:
         doc.append("Typed by a script that never wants suggestions")
         await doc.wait_acked()
         # Its pause comes and goes (the debounce is 200 ms); then someone who asks pauses too.
-        asker = await client.open("prefetch-asks")
-        asker.append("Typed by")
-        await asker.wait_acked()
-        await ask(asker, "q0", max_tokens=None)
-        asker.append(" someone who does")
-        await asker.wait_acked()
-        await wait_metric(
-            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
-        )
+        await ask_then_type(client, "prefetch-asks", "Typed by", " someone who does", "q0")
+        await wait_prefetch(server, "started", started)
     assert await prefetch_count(server, "started") == started + 1
 
 
@@ -127,26 +124,12 @@ async def test_typing_the_start_of_a_streaming_suggestion_serves_the_rest_from_i
 async def test_an_interactive_request_preempts_a_running_prefetch(server) -> None:
     completed = await prefetch_count(server, "completed")
     async with TetherClient(server.ws_url, token=server.token()) as client:
-        asker = await client.open("preempt-asker")
-        asker.append("Someone else")
-        await asker.wait_acked()
-        await ask(asker, "a0", max_tokens=None)
-        asker.append(" entirely")
-        await asker.wait_acked()
-        await wait_metric(
-            server, "tether_ai_prefetch_total", lambda v: v > completed, outcome="completed"
-        )
+        asker = await ask_then_type(client, "preempt-asker", "Someone else", " entirely", "a0")
+        await wait_prefetch(server, "completed", completed)
         started = await prefetch_count(server, "started")
         wasted = await prefetch_count(server, "wasted")
-        writer = await client.open("preempt-writer")
-        writer.append("A prefetch")
-        await writer.wait_acked()
-        await ask(writer, "w0", max_tokens=None)
-        writer.append(" nobody waits for")
-        await writer.wait_acked()
-        await wait_metric(
-            server, "tether_ai_prefetch_total", lambda v: v > started, outcome="started"
-        )
+        await ask_then_type(client, "preempt-writer", "A prefetch", " nobody waits for", "w0")
+        await wait_prefetch(server, "started", started)
         # Not what the asker's own prefetch computed (another length): the model is needed,
         # and the writer's speculative run gives it up at once.
         answer = await ask(asker, "x1", max_tokens=8)
@@ -169,19 +152,14 @@ async def test_the_embedded_model_prefetches_and_the_cache_replays_it(local_serv
     server = local_server
     completed = await prefetch_count(server, "completed")
     async with TetherClient(server.ws_url, token=server.token()) as client:
-        doc = await client.open("prefetch-real-model")
-        doc.append("The harbour was quiet that morning,")
-        await doc.wait_acked()
-        await ask(doc, "r0", max_tokens=None)
-        doc.append(" and the fishermen")
-        await doc.wait_acked()
-        await wait_metric(
-            server,
-            "tether_ai_prefetch_total",
-            lambda v: v > completed,
-            outcome="completed",
-            timeout=60,
+        doc = await ask_then_type(
+            client,
+            "prefetch-real-model",
+            "The harbour was quiet that morning,",
+            " and the fishermen",
+            "r0",
         )
+        await wait_prefetch(server, "completed", completed)
         prefetched = await ask(doc, "r1", max_tokens=None)
         repeated = await ask(doc, "r2", max_tokens=None)
     assert prefetched.source == "prefetch" and prefetched.text.strip()
