@@ -60,11 +60,20 @@ class ContextMemo:
     here: int = -1
     count: int = -1
     built_at: float = 0.0
+    order: tuple[bytes, ...] = ()  # the context's paragraphs (region keys), in prompt order
 
     def usable(self, here: int, count: int, now: float, ttl: float) -> bool:
         return self.here == here and self.count == count and now - self.built_at <= ttl
 
-    def remember(self, context: str, tokens: int, here: int, count: int, now: float) -> None:
+    def remember(
+        self,
+        context: str,
+        tokens: int,
+        here: int,
+        count: int,
+        now: float,
+        order: tuple[bytes, ...] = (),
+    ) -> None:
         self.context, self.tokens, self.here, self.count, self.built_at = (
             context,
             tokens,
@@ -72,6 +81,7 @@ class ContextMemo:
             count,
             now,
         )
+        self.order = order
 
 
 class ContextBuilder:
@@ -108,21 +118,34 @@ class ContextBuilder:
         if memo is not None and memo.usable(here, len(parts), now, self.memo_ttl):
             context, used = memo.context, memo.tokens
         else:
-            context, used = self._context(parts, here, now)
+            previous = memo.order if memo is not None else ()
+            order, used = self._context(parts, here, now, previous)
+            context = "".join(parts[i].text for i in order)
             if memo is not None:
-                memo.remember(context, used, here, len(parts), now)
+                keys = tuple(parts[i].key for i in order)
+                memo.remember(context, used, here, len(parts), now, keys)
         tokens = self.prefix_tokens + used + parts[here].tokens
         prompt = COMPLETE_PREFIX + context + window
         return BuiltPrompt(prompt, "complete", window_text, STOP_COMPLETE, tokens)
 
-    def _context(self, parts: list[Region], here: int, now: float) -> tuple[str, int]:
+    def _context(
+        self, parts: list[Region], here: int, now: float, previous: tuple[bytes, ...] = ()
+    ) -> tuple[list[int], int]:
+        """The context's paragraphs in prompt order. First the ``previous`` prompt's
+        paragraphs that are unchanged, in their old order: up to the first change the model
+        has them evaluated already, and the order stays put for next time. Then the changed
+        and new ones: stable paragraphs, then those edited in the last HOT_SECONDS (each group
+        in document order). Another editor typing above the cursor so invalidates only the
+        tail of the prompt, not everything after the fixed prefix."""
         chosen, used = self._context_regions(parts, here)
-        # Stable paragraphs first, paragraphs edited in the last HOT_SECONDS after them (each
-        # group in document order): another editor typing above the cursor then invalidates
-        # only the tail of the prompt, not everything after the fixed prefix.
-        stable = [i for i in chosen if now - parts[i].born > HOT_SECONDS]
-        hot = [i for i in chosen if now - parts[i].born <= HOT_SECONDS]
-        return "".join(parts[i].text for i in stable + hot), used
+        left: dict[bytes, list[int]] = {}
+        for i in chosen:
+            left.setdefault(parts[i].key, []).append(i)  # a paragraph may appear twice
+        order = [left[key].pop(0) for key in previous if left.get(key)]
+        rest = sorted(i for indexes in left.values() for i in indexes)
+        order += [i for i in rest if now - parts[i].born > HOT_SECONDS]
+        order += [i for i in rest if now - parts[i].born <= HOT_SECONDS]
+        return order, used
 
     def _context_regions(self, parts: list[Region], here: int) -> tuple[list[int], int]:
         """Paragraphs before the cursor's, nearest first, within budget; plus the opening one."""

@@ -14,7 +14,7 @@ import binascii
 import logging
 import time
 from collections import Counter as CounterType
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pycrdt import Doc, StickyIndex, Text
@@ -137,6 +137,9 @@ class _RoomState:
     prefetches: dict[int, Flight] = field(default_factory=dict)  # per editor: the latest
     # Per editor: the length its completions ask for, so its prefetch computes the same one.
     lengths: dict[int, int] = field(default_factory=dict)
+    # Per editor: where its cursor was last known (its last completion or prefetch), and when
+    # (loop time).
+    cursors: dict[int, tuple[TextAnchor, float]] = field(default_factory=dict)
     seen_text: str | None = None  # the text when prefetch last looked: its diff base
     check_scheduled: bool = False
 
@@ -233,6 +236,7 @@ class AiEngine:
             state.memos.pop(peer.peer_id, None)
             state.pauses.pop(peer.peer_id, None)
             state.lengths.pop(peer.peer_id, None)
+            state.cursors.pop(peer.peer_id, None)
             prefetch = state.prefetches.pop(peer.peer_id, None)
             if prefetch is not None and not prefetch.subscribers:
                 self._end_flight(prefetch, "cancelled")
@@ -266,6 +270,7 @@ class AiEngine:
         max_tokens = request.max_tokens or self.settings.default_max_tokens
         if request.kind == "complete":
             state.lengths[peer.peer_id] = max_tokens
+            state.cursors[peer.peer_id] = (anchor, asyncio.get_running_loop().time())
         query = self._query(room, request.kind, max_tokens, prompt)
         suggestion = Suggestion(
             request, peer, room, prompt, anchor, passage, time.perf_counter(), query
@@ -625,12 +630,16 @@ class AiEngine:
             return
         text = str(room.doc.get(TEXT_NAME, type=Text))
         before, state.seen_text = state.seen_text, text
-        # The server sees edits, not cursors: the editor's cursor is taken to be where the
-        # text changed since prefetch last looked (see prefetch.edited_end).
-        cursor = edited_end(before, text) if before is not None else None
-        if cursor is None:
+        found = self._cursor_after_typing(state, peer, before, text)
+        if found is None:
             return
+        cursor, certain = found
+        now = asyncio.get_running_loop().time()
+        state.cursors[peer.peer_id] = (TextAnchor.at(text, cursor), now)
         memo = state.memos.setdefault(peer.peer_id, ContextMemo())
+        if not certain:
+            # A guess must not overwrite the context the editor's next request will reuse.
+            memo = replace(memo)
         prompt = self.builder.complete(state.regions, text, cursor, memo)
         max_tokens = state.lengths.get(peer.peer_id, self.settings.default_max_tokens)
         query = self._query(room, "complete", max_tokens, prompt)
@@ -670,6 +679,28 @@ class AiEngine:
             return
         state.prefetches[peer.peer_id] = flight
         self.prefetch_counts["started"] += 1
+
+    def _cursor_after_typing(
+        self, state: _RoomState, peer: Peer, before: str | None, text: str
+    ) -> tuple[int, bool] | None:
+        """Where an editor's cursor is after a burst of typing, and whether that is certain;
+        None when it has typed nothing since its cursor was last known. The server sees
+        edits, not cursors: when the editor typed right at its last known cursor (it usually
+        goes on from where it asked), the cursor is after what it typed there, whatever others
+        did elsewhere; otherwise it is guessed to be where the text changed
+        (prefetch.edited_end), which others typing at the same time can mislead."""
+        last = state.cursors.get(peer.peer_id)
+        pause = state.pauses.get(peer.peer_id)
+        if last is not None:
+            anchor, known_at = last
+            if pause is not None and pause.last <= known_at:
+                return None  # it asked (or was prefetched for) after its last edit
+            typed = anchor.typed(text)
+            where = anchor.resolve(text)
+            if typed and where is not None:
+                return where + len(typed), True
+        cursor = edited_end(before, text) if before is not None else None
+        return None if cursor is None else (cursor, False)
 
     def _embed_later(self, text: str, entry: int | None) -> None:
         """Embed ``text`` in the background (bounded); give cache entry ``entry`` the vector."""

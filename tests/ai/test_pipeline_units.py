@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ai.context import COMPLETE_PREFIX, ContextBuilder
+from ai.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo
 from ai.errors import BadRequest, Busy
 from ai.positions import index_to_utf8, index_to_utf16, utf16_to_index
 from ai.regions import RegionIndex, split_paragraphs
@@ -74,6 +74,37 @@ def test_a_paragraph_edited_by_someone_else_moves_after_the_stable_ones() -> Non
     prompt = builder.complete(regions, edited, len(edited)).text
     body = prompt[len(COMPLETE_PREFIX) :]
     assert body.index("Stable middle.") < body.index("Title edited") < body.index("Cursor")
+
+
+def test_a_rebuilt_context_keeps_the_unchanged_paragraphs_in_their_old_order() -> None:
+    # Every paragraph is new (hot) at first, so the first prompt is in document order; when
+    # someone then edits the title, a rebuilt prompt must keep the evaluated paragraphs first
+    # rather than re-sort them (which would re-evaluate everything after the fixed prefix).
+    builder = ContextBuilder(count, memo_ttl=0.0)
+    regions = RegionIndex(count)
+    memo = ContextMemo()
+    old = "Title\n\nFirst paragraph.\n\nSecond paragraph.\n\nCursor paragraph"
+    first = builder.complete(regions, old, len(old), memo).text
+    regions.mark_dirty()
+    edited = old.replace("Title", "Title, edited")
+    second = builder.complete(regions, edited, len(edited), memo).text
+    body = second[len(COMPLETE_PREFIX) :]
+    assert body.index("First") < body.index("Second") < body.index("Title, edited")
+    assert first.index("First") < first.index("Second")  # document order the first time
+    regions.mark_dirty()
+    third = builder.complete(regions, edited + " goes on", len(edited) + 8, memo).text
+    assert third.startswith(second)  # nothing changed above the cursor: prefix kept
+
+
+def test_a_paragraph_that_appears_twice_is_in_the_context_twice() -> None:
+    builder = ContextBuilder(count, memo_ttl=0.0)
+    regions = RegionIndex(count)
+    memo = ContextMemo()
+    text = "Title\n\nSame.\n\nSame.\n\nCursor"
+    builder.complete(regions, text, len(text), memo)
+    regions.mark_dirty()
+    prompt = builder.complete(regions, text + "!", len(text) + 1, memo).text
+    assert prompt.count("Same.") == 2
 
 
 async def pieces(items: list[str], delay: float = 0.0) -> AsyncIterator[str]:
