@@ -36,7 +36,7 @@ import httpx
 from protocol.ai import Accept, Suggest
 from protocol.client import DocumentHandle, TetherClient
 
-from .launcher import ServerProcess
+from .launcher import PRODUCT_AI, ServerProcess
 
 SEED_TEXT = (
     "Field notes from the harbour\n\n"
@@ -105,22 +105,6 @@ REVISIONS = (
 )
 SOURCES = ("exact", "typeahead", "semantic", "prefetch", "model")
 _WORD = re.compile(r"[A-Za-z]+")
-
-
-# The launcher turns these off for tests; the bench measures the server as users run it.
-PRODUCT_AI: dict[str, object] = {"ai_semantic": "on", "ai_prefetch_ms": 200}
-
-
-def _wait_ready(server: ServerProcess, timeout: float = 180.0) -> None:
-    """Wait until the semantic layer's model has loaded (in the background after start), so
-    the run measures the cache with all its layers."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        text = httpx.get(f"{server.http_url}/metrics", timeout=5).text
-        if "tether_ai_embedder_ready 1.0" in text:
-            return
-        time.sleep(0.2)
-    raise RuntimeError("the embedding model did not load in time")
 
 
 def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
@@ -340,7 +324,7 @@ def run_ai_bench(args: argparse.Namespace) -> int:
 def _run_session_bench(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as data_dir:
         with ServerProcess(Path(data_dir), ai_provider="local", **PRODUCT_AI) as server:
-            _wait_ready(server)
+            server.wait_embedder()
             baseline = asyncio.run(_session(server, "baseline", args))
             tether = asyncio.run(_session(server, "tether", args))
     result: dict[str, Any] = {
@@ -677,7 +661,7 @@ def _run_repeated_bench(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as data_dir:
         with ServerProcess(Path(data_dir), ai_provider="local", **PRODUCT_AI) as server:
-            _wait_ready(server)
+            server.wait_embedder()
             writer, sampled, baseline = asyncio.run(_repeated(server, args))
     summary = _repeated_summary(writer, sampled, baseline)
     result: dict[str, Any] = {

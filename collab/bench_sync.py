@@ -38,7 +38,7 @@ from protocol.messages import SyncStatus as SyncStatusMessage
 from protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
 from protocol.yws import YSync
 
-from .launcher import ServerProcess
+from .launcher import PRODUCT_AI, ServerProcess
 
 
 def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
@@ -278,7 +278,8 @@ async def drive(args: argparse.Namespace, url: str, token: str) -> dict[str, Any
 
 
 async def _ask_forever(url: str, token: str, stop: asyncio.Event) -> int:
-    """One more editor asking for suggestions back to back; returns how many completed."""
+    """One more editor typing and asking for suggestions back to back, a new context each time
+    (so the model, not the cache, answers); returns how many completed."""
     from protocol.ai import Suggest
     from protocol.client import TetherClient
 
@@ -289,6 +290,7 @@ async def _ask_forever(url: str, token: str, stop: asyncio.Event) -> int:
         await doc.wait_acked()
         while not stop.is_set():
             request_id = f"load-{completed}"
+            doc.append(f" and {completed}")  # a new context each time, or the cache answers
             size = len(str(doc.text).encode("utf-16-le")) // 2
             doc.send_stateless(Suggest(request_id, "complete", pos=size, max_tokens=24).encode())
             while True:
@@ -346,10 +348,14 @@ def run_sync_bench(args: argparse.Namespace) -> int:
 
 def _run_against_own_server(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as data_dir:
-        ai = "local" if args.with_ai else "none"
-        proc = ServerProcess(Path(data_dir), send_queue_frames=8192, ai_provider=ai)
+        ai: dict[str, object] = {"ai_provider": "none"}
+        if args.with_ai:
+            ai = {"ai_provider": "local", **PRODUCT_AI}
+        proc = ServerProcess(Path(data_dir), send_queue_frames=8192, **ai)
         with proc:
             assert proc.proc is not None
+            if args.with_ai:
+                proc.wait_embedder()
             args.server_pid = proc.proc.pid
             token = args.token or proc.token(["*"])
             url = proc.ws_url if args.protocol == "tether" else proc.yjs_url

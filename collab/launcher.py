@@ -16,6 +16,9 @@ from collab.auth import make_token
 
 DEFAULT_SECRET = "local-test-secret-0123456789abcdef"
 REPO = Path(__file__).resolve().parent.parent
+# The launcher turns the semantic layer and prefetch off (for tests); benchmarks measure the
+# server as users run it, with these.
+PRODUCT_AI: dict[str, object] = {"ai_semantic": "on", "ai_prefetch_ms": 200}
 
 
 def free_port() -> int:
@@ -59,6 +62,16 @@ class ServerProcess:
         self, docs: list[str] | None = None, *, scope: str = "read-write", ttl: float = 3600.0
     ) -> str:
         return make_token(self.secret, docs or ["*"], scope=scope, ttl=ttl)
+
+    def wait_embedder(self, timeout: float = 180.0) -> None:
+        """Wait until the semantic layer's model has loaded (in the background after start)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            metrics = httpx.get(f"{self.http_url}/metrics", timeout=5).text
+            if "tether_ai_embedder_ready 1.0" in metrics:
+                return
+            time.sleep(0.2)
+        raise RuntimeError("the embedding model did not load in time")
 
     def start(self, timeout: float = 20.0) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
