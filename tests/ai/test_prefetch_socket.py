@@ -82,6 +82,28 @@ async def test_typing_again_cancels_the_prefetch(server) -> None:
     assert answer.source in ("model", "prefetch") and answer.text == "".join(PIECES)
 
 
+async def test_prefetch_follows_the_editor_while_someone_types_at_the_top(server) -> None:
+    started = await prefetch_count(server, "started")
+    token = server.token()
+    async with (
+        TetherClient(server.ws_url, token=token) as mine,
+        TetherClient(server.ws_url, token=token) as theirs,
+    ):
+        doc = await mine.open("prefetch-two-editors")
+        doc.append("Title\n\nThe gulls flew over the pier while")
+        await doc.wait_acked()
+        await ask(doc, "m0", max_tokens=None)
+        other = await theirs.open("prefetch-two-editors")
+        await other.wait_text(lambda text: text.startswith("Title"))
+        other.insert(0, "New ")  # someone else edits the top meanwhile
+        await other.wait_acked()
+        doc.append(" the boats came in while")  # ends like before: a plain diff is fooled
+        await doc.wait_acked()
+        await wait_prefetch(server, "started", started)
+        answer = await ask(doc, "m1", max_tokens=None)
+    assert answer.source == "prefetch"
+
+
 async def test_no_prefetch_for_an_editor_that_never_asks(server) -> None:
     started = await prefetch_count(server, "started")
     async with TetherClient(server.ws_url, token=server.token()) as client:
