@@ -126,6 +126,10 @@ class Suggestion:
     text: str = ""  # what this editor has been sent
     first_at: float | None = None
     finished: bool = False
+    # Held: the model started at once, but the semantic layer (its embedding still being
+    # computed) may yet answer instead; the stream is kept back until that is decided.
+    held: bool = False
+    held_text: str = ""
 
 
 @dataclass
@@ -281,10 +285,10 @@ class AiEngine:
         if embed_text is not None:
             vector = self.embedder.cached(embed_text) if self.embedder is not None else None
             if vector is None:
-                # The request waits for one embedding (~36 ms on one thread) unless a pause
-                # already computed it; off the loop, so sync never waits.
-                self._claim(suggestion)
-                self._spawn(self._after_embedding(suggestion, embed_text, max_tokens))
+                # Race: the model starts now while the context is embedded (~36 ms on its own
+                # thread, off the loop); a semantic hit found first replaces the stream.
+                self._to_model(suggestion, max_tokens, embed_text, held=True)
+                self._spawn(self._semantic_race(suggestion, embed_text))
                 return
             hit = self.cache.lookup(query, vector) if self.cache is not None else None
             if hit is not None:
@@ -292,24 +296,48 @@ class AiEngine:
                 return
         self._to_model(suggestion, max_tokens, embed_text)
 
-    async def _after_embedding(self, suggestion: Suggestion, embed_text: str, tokens: int) -> None:
+    async def _semantic_race(self, suggestion: Suggestion, embed_text: str) -> None:
+        """Decide a held request: a semantic hit replaces the model's stream (stopped if no
+        one else reads it); otherwise the model's stream is released, held text first. A model
+        that has already finished wins: its answer was computed for this very context."""
         assert self.embedder is not None and self.cache is not None
         vector = None
         try:
             vector = (await self.embedder.embed([embed_text]))[0]
         except Exception:
-            log.exception("embedding a suggestion's context failed; asking the model")
-        if suggestion.finished:
-            return  # superseded or cancelled while it waited
-        hit = self.cache.lookup(suggestion.query, vector)
-        if hit is not None:
-            self._serve_cached(suggestion, hit)
+            log.exception("embedding a suggestion's context failed; the model answers")
+        if suggestion.finished or not suggestion.held:
+            return  # superseded, cancelled or failed meanwhile
+        flight = suggestion.flight
+        hit = None
+        if vector is not None and flight is not None and not flight.finished:
+            hit = self.cache.lookup(suggestion.query, vector)
+        else:
+            self.cache.misses += 1
+        if hit is None:
+            self._release(suggestion)
             return
-        try:
-            self._to_model(suggestion, tokens, embed_text)
-        except AiError as exc:
-            suggestion.finished = True
-            self._error(suggestion.peer, suggestion.request.id, exc.code, str(exc))
+        suggestion.held = False
+        if flight is not None:
+            flight.subscribers.remove(suggestion)
+            suggestion.flight = None
+            if all(s.finished for s in flight.subscribers) and flight.prefetch_for is None:
+                self._end_flight(flight, "cancelled")
+        self._serve_cached(suggestion, hit)
+
+    def _release(self, suggestion: Suggestion) -> None:
+        """A held request goes on with the model: start, what was held back, and the end if
+        the model has finished meanwhile."""
+        suggestion.held = False
+        request = suggestion.request
+        suggestion.peer.send_stateless(SuggestionStart(request.id, suggestion.source).encode())
+        self.metrics.requests.labels("ws", suggestion.source).inc()
+        if suggestion.held_text:
+            held, suggestion.held_text = suggestion.held_text, ""
+            self._send_delta(suggestion, held)
+        flight = suggestion.flight
+        if flight is not None and flight.finished:
+            self._finish(suggestion, flight.pieces)
 
     def _serve_ready(self, state: _RoomState, suggestion: Suggestion, *, final: bool) -> bool:
         """Serve from a flight already computing this answer, or from the exact and type-ahead
@@ -343,7 +371,14 @@ class AiEngine:
                     return flight, cut, TYPEAHEAD
         return None
 
-    def _to_model(self, suggestion: Suggestion, max_tokens: int, embed_text: str | None) -> None:
+    def _to_model(
+        self,
+        suggestion: Suggestion,
+        max_tokens: int,
+        embed_text: str | None,
+        *,
+        held: bool = False,
+    ) -> None:
         room, peer = suggestion.room, suggestion.peer
         flight = Flight(
             room,
@@ -363,7 +398,7 @@ class AiEngine:
         except AiError:
             suggestion.finished = True
             raise
-        self._attach(suggestion, flight, 0, MODEL)
+        self._attach(suggestion, flight, 0, MODEL, held=held)
 
     def _launch(self, flight: Flight, priority: int) -> None:
         flight.job = self.scheduler.submit(lambda: self._fly(flight), priority)
@@ -372,7 +407,15 @@ class AiEngine:
         state.flights.add(flight)
         flight.job.add_done_callback(lambda job: self._landed(flight, job))
 
-    def _attach(self, suggestion: Suggestion, flight: Flight, offset: int, source: str) -> None:
+    def _attach(
+        self,
+        suggestion: Suggestion,
+        flight: Flight,
+        offset: int,
+        source: str,
+        *,
+        held: bool = False,
+    ) -> None:
         """``suggestion`` takes its text from ``flight`` from character ``offset`` on (what
         its editor typed already is skipped): what exists now at once, the rest as it comes."""
         if flight.prefetch_for is not None and not flight.served:
@@ -386,6 +429,9 @@ class AiEngine:
         # flight's only listener, the flight must not stop.
         flight.subscribers.append(suggestion)
         self._claim(suggestion)
+        if held:
+            suggestion.held = True
+            return
         suggestion.peer.send_stateless(SuggestionStart(suggestion.request.id, source).encode())
         self.metrics.requests.labels("ws", source).inc()
         if len(flight.text) > offset:
@@ -405,6 +451,9 @@ class AiEngine:
         self.metrics.outcomes.labels("done").inc()
 
     def _send_delta(self, suggestion: Suggestion, text: str) -> None:
+        if suggestion.held:
+            suggestion.held_text += text
+            return
         if suggestion.first_at is None:
             suggestion.first_at = time.perf_counter()
             label = self.provider.name if suggestion.source == MODEL else suggestion.source
@@ -507,16 +556,18 @@ class AiEngine:
         if self.cache is not None and flight.text:
             self._store(flight)
         for suggestion in flight.subscribers:
-            if suggestion.finished:
-                continue
-            suggestion.finished = True
-            self.metrics.outcomes.labels("done").inc()
-            ttft = None
-            if suggestion.first_at is not None:
-                ttft = round((suggestion.first_at - suggestion.requested_at) * 1000, 2)
-            suggestion.peer.send_stateless(
-                SuggestionEnd(suggestion.request.id, "done", ttft, flight.pieces).encode()
-            )
+            if not suggestion.finished and not suggestion.held:  # a held one ends when released
+                self._finish(suggestion, flight.pieces)
+
+    def _finish(self, suggestion: Suggestion, pieces: int) -> None:
+        suggestion.finished = True
+        self.metrics.outcomes.labels("done").inc()
+        ttft = None
+        if suggestion.first_at is not None:
+            ttft = round((suggestion.first_at - suggestion.requested_at) * 1000, 2)
+        suggestion.peer.send_stateless(
+            SuggestionEnd(suggestion.request.id, "done", ttft, pieces).encode()
+        )
 
     def _store(self, flight: Flight) -> None:
         assert self.cache is not None
@@ -574,7 +625,11 @@ class AiEngine:
         suggestion.finished = True
         self.metrics.outcomes.labels(reason).inc()
         if notify:
+            if suggestion.held:  # the editor hears of it in order: start, then end
+                start = SuggestionStart(suggestion.request.id, suggestion.source)
+                suggestion.peer.send_stateless(start.encode())
             suggestion.peer.send_stateless(SuggestionEnd(suggestion.request.id, reason).encode())
+        suggestion.held = False
         flight = suggestion.flight
         if flight is None or flight.finished:
             return

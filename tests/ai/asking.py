@@ -44,8 +44,11 @@ async def collect(doc: DocumentHandle, request_id: str, *, timeout: float = 15) 
             if message["type"] == "suggestion.start":
                 answer.source = message["source"]
             elif message["type"] == "suggestion.delta":
+                assert answer.source, f"text before suggestion.start: {message}"
                 answer.text += message["text"]
             elif message["type"] in ("suggestion.end", "suggestion.error"):
+                if message["type"] == "suggestion.end":
+                    assert answer.source, f"suggestion.end before suggestion.start: {message}"
                 answer.end = message
                 return answer
 

@@ -15,7 +15,10 @@ from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.anyio
 
-SCRIPT = '{"pieces": [" by", " twelve", " percent."], "delay": 0.01}'
+# The model starts at once while the request's context is embedded; a semantic hit found
+# before the model finishes replaces its stream. 0.4 s per piece keeps the (scripted) model
+# slower than an embedding even on a loaded machine.
+SCRIPT = '{"pieces": [" by", " twelve", " percent."], "delay": 0.4}'
 ANSWER = " by twelve percent."
 TYPO = "Our quarterly reprot for the northern region shows that revenue from online sales grew"
 FIXED = TYPO.replace("reprot", "report")
@@ -40,9 +43,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture(scope="module")
 def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    # ~2 entries fit in 4 KB (each holds a 1.5 KB vector); each lives 2 s.
+    # ~2 entries fit in 4 KB (each holds a 1.5 KB vector); each lives 8 s, longer than the
+    # three answers take (1.2 s each).
     with semantic_server(
-        tmp_path_factory.mktemp("bounded"), ai_cache_mb=0.004, ai_cache_ttl=2
+        tmp_path_factory.mktemp("bounded"), ai_cache_mb=0.004, ai_cache_ttl=8
     ) as proc:
         yield proc
 
@@ -135,6 +139,6 @@ async def test_size_and_ttl_evictions_remove_the_vectors(bounded: ServerProcess)
     assert 1 <= vectors < len(sentences)
     assert vectors == await metric(bounded, "tether_ai_cache_entries")
     # After the TTL nothing is left, in the tables or in the FAISS indexes.
-    await wait_metric(bounded, "tether_ai_cache_vectors", lambda v: v == 0, timeout=15)
+    await wait_metric(bounded, "tether_ai_cache_vectors", lambda v: v == 0, timeout=30)
     assert await metric(bounded, "tether_ai_cache_entries") == 0
     assert await metric(bounded, "tether_ai_cache_evictions_total", reason="ttl") >= 1
