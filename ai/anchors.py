@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 SPAN = 48
 SHORT_SPAN = 12
+TYPED_LIMIT = 400  # characters typed at an anchor that still count as typed there
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,14 +26,28 @@ class TextAnchor:
         return cls(index, text[max(0, index - span) : index], text[index : index + span])
 
     def resolve(self, text: str) -> int | None:
-        """The anchor's index in ``text`` now, or None if the text before it is gone."""
+        """The anchor's index in ``text`` now, or None if the text before it is gone. When
+        the text before it occurs more than once (a repeated sentence), the occurrence still
+        followed by the text that was after it wins over a merely nearer one: edits elsewhere
+        shift indexes, so nearness alone can pick the wrong copy."""
         if not self.before:
             return 0
         for probe in (self.before, self.before[-SHORT_SPAN:]):
-            found = _nearest_end(text, probe, self.index)
-            if found is not None:
-                return found
+            ends = _ends(text, probe)
+            if ends:
+                return min(ends, key=lambda end: (self._fit(text, end), abs(end - self.index)))
         return None
+
+    def _fit(self, text: str, end: int) -> int:
+        """How well an occurrence ending at ``end`` fits: 0 when what was after the anchor
+        follows at once, 1 when it follows after some text (typed at the anchor since), 2 when
+        it does not follow."""
+        if not self.after:
+            rest = len(text) - end
+            return 0 if rest == 0 else 1 if rest <= TYPED_LIMIT else 2
+        if text.startswith(self.after, end):
+            return 0
+        return 1 if text.find(self.after, end, end + TYPED_LIMIT + len(self.after)) >= 0 else 2
 
     def intact(self, text: str) -> bool:
         """Both sides unchanged: nothing was typed or deleted right at the anchor."""
@@ -45,7 +60,7 @@ class TextAnchor:
             return index == len(text)
         return text[index : index + len(self.after)] == self.after
 
-    def typed(self, text: str, limit: int = 400) -> str | None:
+    def typed(self, text: str, limit: int = TYPED_LIMIT) -> str | None:
         """What was inserted right at the anchor since: the text now between its before and
         after parts ("" when nothing was). None when either side changed otherwise."""
         index = self.resolve(text)
@@ -58,15 +73,11 @@ class TextAnchor:
         return None if found < 0 else text[index:found]
 
 
-def _nearest_end(text: str, needle: str, near: int) -> int | None:
-    """End index of the occurrence of ``needle`` whose end is nearest to ``near``."""
-    best: int | None = None
+def _ends(text: str, needle: str, most: int = 256) -> list[int]:
+    """End indexes of the (first ``most``) occurrences of ``needle`` in ``text``."""
+    ends: list[int] = []
     start = text.find(needle)
-    while start >= 0:
-        end = start + len(needle)
-        if best is None or abs(end - near) < abs(best - near):
-            best = end
-        elif end > near:
-            break  # occurrences only move further away from here on
+    while start >= 0 and len(ends) < most:
+        ends.append(start + len(needle))
         start = text.find(needle, start + 1)
-    return best
+    return ends

@@ -141,3 +141,17 @@ async def test_an_interactive_job_preempts_a_running_prefetch_but_not_a_promoted
         assert not wanted.cancelled() and not queued.done()
         wanted.cancel()
         assert await asyncio.wait_for(queued, 5) == "quick"
+
+
+def test_an_anchor_after_a_repeated_sentence_finds_its_own_copy() -> None:
+    sentence = "The boats came home and the gulls cried over the harbour wall."
+    text = f"Title. {sentence} Then {sentence} And the night fell."
+    at = text.rindex(sentence) + len(sentence)
+    anchor = TextAnchor.at(text, at)
+    shifted = "Someone typed a long line at the top of the page. " + text
+    # The first copy now ends nearer to the anchor's old index than its own copy does.
+    first_end = shifted.index(sentence) + len(sentence)
+    own_end = shifted.rindex(sentence) + len(sentence)
+    assert abs(first_end - at) < abs(own_end - at)
+    assert anchor.resolve(shifted) == own_end
+    assert anchor.typed(shifted) == ""
