@@ -112,6 +112,9 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    # faiss logs a ModuleNotFoundError at INFO every start when the CPU has no AVX2 build to
+    # load; it then loads the generic one. Not news for an operator.
+    logging.getLogger("faiss.loader").setLevel(logging.WARNING)
     import uvicorn
 
     from .server import create_app
