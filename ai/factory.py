@@ -26,6 +26,9 @@ def build_provider(settings: Any) -> Provider | None:
             path,
             threads=settings.ai_threads,
             state_budget_bytes=settings.ai_state_budget_mb * 2**20,
+            requantize_into=Path(settings.data_dir) / "models"
+            if settings.ai_quant == "q4_0"
+            else None,
         )
     if kind == "openai":
         from .providers.openai import OpenAIProvider

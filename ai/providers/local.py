@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ProviderError, ProviderUnavailable
 from .base import Cancellation, GenerationRequest, Provider
+from .requantize import requantized
 
 log = logging.getLogger(__name__)
 PREFILL_CHUNK = 48  # prompt tokens evaluated between cancellation checks (~0.15 s cold)
@@ -78,8 +79,12 @@ class LocalProvider(Provider):
         threads: int | None = None,
         context_tokens: int = 2048,
         state_budget_bytes: int = 256 * 2**20,
+        requantize_into: Path | None = None,
     ) -> None:
         self.model_path = model_path
+        # Where the shipped model, requantised to Q4_0 for faster prompts, is cached; None
+        # keeps the shipped Q4_1. A model given by path is always used as it is.
+        self.requantize_into = requantize_into
         # Default one thread: with both cores the model starves the sync path and llama.cpp's
         # spinning threads collapse under any other CPU load (TTFT of seconds).
         self.threads = threads or 1
@@ -87,12 +92,18 @@ class LocalProvider(Provider):
         self._states = _WarmStates(state_budget_bytes)
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="model")
         self._llm: Any = None
+        self.loaded_path: Path | None = None
         self._current: str | None = None
         self._warm_hits = 0
 
     async def __aenter__(self) -> LocalProvider:
         path = self.model_path or default_model_path()
         loop = asyncio.get_running_loop()
+        if self.model_path is None and self.requantize_into is not None:
+            path = await loop.run_in_executor(
+                self._executor, requantized, path, self.requantize_into
+            )
+        self.loaded_path = path
         self._llm = await loop.run_in_executor(self._executor, self._load, path)
         return self
 
