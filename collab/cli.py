@@ -80,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     bench_kinds = bench.add_subparsers(dest="bench", required=True)
     words = sys.argv[1:] if argv is None else argv
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
-        from .bench_ai import add_ai_arguments
-        from .bench_sync import add_sync_arguments
+        from .bench.ai import add_ai_arguments
+        from .bench.sync import add_sync_arguments
 
         add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
         add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
@@ -95,10 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "token":
         return _token(args)
     if args.bench == "ai":
-        from .bench_ai import run_ai_bench
+        from .bench.ai import run_ai_bench
 
         return run_ai_bench(args)
-    from .bench_sync import run_sync_bench
+    from .bench.sync import run_sync_bench
 
     return run_sync_bench(args)
 

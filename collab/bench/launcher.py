@@ -15,7 +15,7 @@ import httpx
 from collab.auth import make_token
 
 DEFAULT_SECRET = "local-test-secret-0123456789abcdef"
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # The launcher turns the semantic layer and prefetch off (for tests); benchmarks measure the
 # server as users run it, with these.
 PRODUCT_AI: dict[str, object] = {"ai_semantic": "on", "ai_prefetch_ms": 200}

@@ -1,0 +1,1 @@
+"""``tether bench``: benchmarks and their server launcher; the server never imports them."""
