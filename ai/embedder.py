@@ -96,15 +96,15 @@ class Embedder:
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         """Vectors of shape ``(len(texts), 384)``, float32, each of unit length."""
-        if self._model is None:
-            raise RuntimeError("Embedder used outside its 'async with' block")
+        if not self.ready:
+            raise ProviderUnavailable("the embedding model is not loaded")
         keys = [_key(text) for text in texts]
         missing: dict[bytes, str] = {}
         for key, text in zip(keys, texts, strict=True):
             if key not in self._memo:
                 missing.setdefault(key, text)
         if missing:
-            vectors = await self._run(_encode, self._model, list(missing.values()), self.batch_size)
+            vectors = await self._compute(list(missing.values()))
             self.computed += len(missing)
             for key, vector in zip(missing, vectors, strict=True):
                 self._remember(key, vector)
@@ -112,7 +112,7 @@ class Embedder:
         for row, key in enumerate(keys):
             vector = self._memo.get(key)
             if vector is None:  # evicted by this very call's misses: a tiny memo
-                vector = (await self._run(_encode, self._model, [texts[row]], 1))[0]
+                vector = (await self._compute([texts[row]]))[0]
             else:
                 self._memo.move_to_end(key)
                 self.memo_hits += key not in missing
@@ -124,6 +124,10 @@ class Embedder:
         self._memo.move_to_end(key)
         while len(self._memo) > self._memo_size:
             self._memo.popitem(last=False)
+
+    async def _compute(self, texts: list[str]) -> np.ndarray:
+        """The model's vectors for ``texts`` (none of them memoised)."""
+        return await self._run(_encode, self._model, texts, self.batch_size)
 
     async def _run(self, fn: Any, *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)

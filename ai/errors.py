@@ -6,7 +6,9 @@ AiError                        a suggestion request failed; ``code`` goes on the
 ├── Forbidden                  the editor's scope does not allow it (accept needs write)
 └── ProviderError              the model provider failed
     ├── ProviderTimeout        it did not answer in time
-    └── ProviderUnavailable    it cannot be reached or refused the request
+    ├── ProviderUnavailable    it cannot be reached or refused the request
+    └── ModelUnavailable       the model worker died, hung or is off: AI is unavailable
+                               for now (sync goes on; the reason says why)
 """
 
 from __future__ import annotations
@@ -38,3 +40,7 @@ class ProviderTimeout(ProviderError):
 
 class ProviderUnavailable(ProviderError):
     code = "provider_unavailable"
+
+
+class ModelUnavailable(ProviderError):
+    code = "unavailable"

@@ -11,7 +11,10 @@ from .embedder import Embedder
 from .engine import AiEngine, AiSettings
 from .metrics import AiMetrics, CacheCollector
 from .providers.base import Provider
+from .providers.worker import WorkerEmbedder, WorkerProvider
 from .scheduler import Scheduler
+from .status import AiState, StatusBoard
+from .supervisor import Supervisor, SupervisorSettings
 
 
 def build_provider(settings: Any) -> Provider | None:
@@ -19,17 +22,8 @@ def build_provider(settings: Any) -> Provider | None:
     if kind == "none":
         return None
     if kind == "local":
-        from .providers.local import LocalProvider
-
-        path = Path(settings.ai_model_path) if settings.ai_model_path else None
-        return LocalProvider(
-            path,
-            threads=settings.ai_threads,
-            state_budget_bytes=settings.ai_state_budget_mb * 2**20,
-            requantize_into=Path(settings.data_dir) / "models"
-            if settings.ai_quant == "q4_0"
-            else None,
-        )
+        # The model runs in a supervised worker process: nothing native loads here.
+        return WorkerProvider(build_supervisor(settings, generate=True))
     if kind == "openai":
         from .providers.openai import OpenAIProvider
 
@@ -50,6 +44,74 @@ def build_provider(settings: Any) -> Provider | None:
             fail_with=script.get("fail"),
         )
     raise ValueError(f"unknown ai provider {kind!r}")
+
+
+def build_supervisor(settings: Any, *, generate: bool) -> Supervisor:
+    """The model worker for the local model and/or the embedder, as configured."""
+    config = {
+        "model_path": settings.ai_model_path,
+        "quant": settings.ai_quant,
+        "data_dir": str(Path(settings.data_dir).resolve()),
+        "threads": settings.ai_threads,
+        "state_budget_mb": settings.ai_state_budget_mb,
+        "semantic": wants_embedder(settings),
+        "generate": generate,
+    }
+    return Supervisor(
+        SupervisorSettings(
+            config,
+            threads=settings.ai_threads,
+            log_level=settings.log_level,
+            stall_seconds=settings.ai_stall_timeout,
+            crash_limit=settings.ai_crash_limit,
+        )
+    )
+
+
+def build_embedder(settings: Any, provider: Provider) -> tuple[Embedder | None, Supervisor | None]:
+    """The embedder, served by the local model's worker or, for an upstream provider, by a
+    worker of its own; also the supervisor that second worker needs (None otherwise)."""
+    if not wants_embedder(settings):
+        return None, None
+    if isinstance(provider, WorkerProvider):
+        return WorkerEmbedder(provider.supervisor), None
+    supervisor = build_supervisor(settings, generate=False)
+    return WorkerEmbedder(supervisor), supervisor
+
+
+def build_status(provider: Provider, embed_worker: Supervisor | None) -> StatusBoard:
+    """What /health and ``status`` subscribers see, kept current by the supervisors."""
+    if isinstance(provider, WorkerProvider):
+        supervisor = provider.supervisor
+
+        def read() -> AiState:
+            model = supervisor.model
+            return AiState(
+                supervisor.state,
+                supervisor.reason,
+                model.get("model"),
+                model.get("quant"),
+                supervisor.health(),
+            )
+
+    else:
+        model_name = getattr(provider, "model", None)
+
+        def read() -> AiState:
+            semantic = embed_worker.health() if embed_worker is not None else {"state": "off"}
+            return AiState(
+                "ready",
+                "",
+                model_name if isinstance(model_name, str) else provider.name,
+                None,
+                {"provider": provider.name, "semantic": semantic.get("semantic", "off")},
+            )
+
+    board = StatusBoard(read)
+    for supervisor_ in (getattr(provider, "supervisor", None), embed_worker):
+        if supervisor_ is not None:
+            supervisor_.add_listener(board.changed)
+    return board
 
 
 def build_engine(

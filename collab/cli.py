@@ -45,6 +45,8 @@ _HELP = {
     "ai_queue_limit": "suggestion jobs queued before answering 'busy'",
     "ai_coalesce_ms": "streamed text is sent at most once per this many ms after the first",
     "ai_timeout": "seconds a suggestion may take before it fails",
+    "ai_stall_timeout": "seconds without a token after which the model worker counts as hung",
+    "ai_crash_limit": "model worker deaths within 60 s after which AI stays off (degraded)",
     "ai_script": "tests only: JSON {pieces, delay} for the scripted provider",
     "openai_base_url": "OpenAI-compatible upstream, e.g. http://127.0.0.1:8000/v1",
     "openai_model": "model name sent upstream",

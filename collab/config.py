@@ -55,6 +55,11 @@ class Settings:
     ai_queue_limit: int = 8
     ai_coalesce_ms: float = 50.0
     ai_timeout: float = 60.0
+    # The model worker (a separate process holding llama.cpp and torch): a generation with no
+    # token or prompt progress for this long counts as hung (the worker is killed and
+    # restarted); this many deaths within a minute turn AI off (degraded) until a restart.
+    ai_stall_timeout: float = 10.0
+    ai_crash_limit: int = 5
     ai_script: str = ""
     openai_base_url: str = ""
     openai_model: str = ""
@@ -86,6 +91,8 @@ class Settings:
             raise ValueError("ai_semantic_threshold must be in (0, 1]")
         if not 0.0 <= self.ai_prefetch_budget <= 1.0:
             raise ValueError("ai_prefetch_budget must be between 0 and 1")
+        if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1:
+            raise ValueError("ai_stall_timeout must be positive and ai_crash_limit at least 1")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 

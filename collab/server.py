@@ -143,7 +143,12 @@ def create_app(
 
     async def health(request: Request) -> Response:
         ctx = holder["ctx"]
-        return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms)})
+        engine = holder.get("ai")
+        if engine is not None and engine.status is not None:
+            ai = engine.status.current.health()
+        else:
+            ai = {"state": "off", "reason": "AI suggestions are off (--ai-provider none)"}
+        return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai})
 
     async def metrics_endpoint(request: Request) -> Response:
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
@@ -262,8 +267,9 @@ def create_app(
 
 
 async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metrics: Metrics) -> Any:
-    """The AI engine on the configured provider, or None when AI is off."""
-    from ai.factory import build_engine, build_provider, wants_embedder
+    """The AI engine on the configured provider, or None when AI is off. Returns at once: the
+    model worker loads behind, and sync serves meanwhile."""
+    from ai.factory import build_embedder, build_engine, build_provider, build_status
     from ai.scheduler import Scheduler
 
     provider = build_provider(settings)
@@ -272,27 +278,14 @@ async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metric
         return None
     await stack.enter_async_context(provider)
     scheduler = await stack.enter_async_context(Scheduler(settings.ai_queue_limit))
-    embedder = None
-    if wants_embedder(settings):
-        from ai.embedder import Embedder
-
-        # Loads in the background (~11 s): sync and the other layers serve meanwhile.
-        embedder = Embedder()
-        embedder.start_loading().add_done_callback(_report_embedder)
-        stack.push_async_exit(embedder)
+    embedder, embed_worker = build_embedder(settings, provider)
+    if embed_worker is not None:
+        await stack.enter_async_context(embed_worker)
     engine = build_engine(settings, provider, scheduler, metrics.registry, embedder)
+    engine.status = build_status(provider, embed_worker)
     stack.callback(engine.close)
     log.info("AI suggestions from the %r provider", provider.name)
     return engine
-
-
-def _report_embedder(loading: asyncio.Future[Any]) -> None:
-    if loading.cancelled():
-        return
-    if loading.exception() is not None:
-        log.error("the semantic cache is off: %s", loading.exception())
-    else:
-        log.info("semantic cache ready (embedding model loaded)")
 
 
 async def _read_body(request: Request, limit: int) -> bytes:

@@ -3,9 +3,13 @@
 Pure codecs; knows nothing of models, documents or sockets. Positions are UTF-16 code units (what
 JS counts) or a base64 Yjs relative position (``anchor``); converting them is the server's job.
 
-    client → server: suggest, cancel, accept
+    client → server: suggest, cancel, accept, status
     server → client: suggestion.start, suggestion.delta, suggestion.end, suggestion.error,
-                     suggestion.accepted
+                     suggestion.accepted, ai.status
+
+``status`` subscribes the editor to the AI's state on this document's socket: one ``ai.status``
+answers at once (with the request's id), and another comes on every change while the editor
+stays on the document. Editors that never ask hear nothing unsolicited.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ END_REASONS = ("done", "cancelled", "superseded")
 SOURCES = ("model", "exact", "typeahead", "semantic", "prefetch")  # suggestion.start
 MAX_ID_LENGTH = 128
 MAX_TOKENS_LIMIT = 1024
+# ai.status states: loading the model (or restarting it after a crash), serving, given up
+# (a crash loop, a failed self-test: the reason says which), and switched off by configuration.
+AI_STATES = ("starting", "ready", "degraded", "off")
 
 
 class InvalidAiMessage(ProtocolError):
@@ -72,7 +79,15 @@ class Accept:
         return json.dumps({"type": "accept", "id": self.id}, separators=(",", ":"))
 
 
-ClientAiMessage = Suggest | Cancel | Accept
+@dataclass(frozen=True, slots=True)
+class WatchStatus:
+    id: str
+
+    def encode(self) -> str:
+        return json.dumps({"type": "status", "id": self.id}, separators=(",", ":"))
+
+
+ClientAiMessage = Suggest | Cancel | Accept | WatchStatus
 
 
 def _server_encode(kind: str, fields: dict[str, Any]) -> str:
@@ -138,8 +153,27 @@ class SuggestionAccepted:
         return _server_encode("suggestion.accepted", asdict(self))
 
 
+@dataclass(frozen=True, slots=True)
+class AiStatus:
+    """The AI's state for the editor that sent ``status`` (and again on every change)."""
+
+    id: str
+    state: str  # one of AI_STATES
+    reason: str = ""  # why it is not ready, for people ("the model worker keeps crashing")
+    model: str | None = None
+    quant: str | None = None
+
+    def encode(self) -> str:
+        return _server_encode("ai.status", asdict(self))
+
+
 ServerAiMessage = (
-    SuggestionStart | SuggestionDelta | SuggestionEnd | SuggestionError | SuggestionAccepted
+    SuggestionStart
+    | SuggestionDelta
+    | SuggestionEnd
+    | SuggestionError
+    | SuggestionAccepted
+    | AiStatus
 )
 
 
@@ -159,6 +193,8 @@ def decode_client_message(payload: str) -> ClientAiMessage:
         return Cancel(request_id)
     if kind == "accept":
         return Accept(request_id)
+    if kind == "status":
+        return WatchStatus(request_id)
     if kind != "suggest":
         shown = repr(kind[:40]) if isinstance(kind, str) else type(kind).__name__
         raise InvalidAiMessage(f"unknown type {shown}", request_id)
@@ -239,6 +275,7 @@ _SERVER_TYPES: dict[str, type[Any]] = {
     "suggestion.end": SuggestionEnd,
     "suggestion.error": SuggestionError,
     "suggestion.accepted": SuggestionAccepted,
+    "ai.status": AiStatus,
 }
 _ABSENT = object()
 # The types of the server messages' fields other than id (a string; suggestion.error's
@@ -251,4 +288,7 @@ _SERVER_FIELDS: dict[str, Any] = {
     "tokens": lambda v: _is_int(v) and v >= 0,
     "code": lambda v: isinstance(v, str),
     "message": lambda v: isinstance(v, str),
+    "state": lambda v: v in AI_STATES,
+    "model": lambda v: v is None or isinstance(v, str),
+    "quant": lambda v: v is None or isinstance(v, str),
 }

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Self
 
@@ -26,15 +26,36 @@ class GenerationRequest:
 
 
 class Cancellation:
-    """Set from the event loop, read from a model thread between tokens."""
+    """Set from the event loop, read from a model thread between tokens.
 
-    __slots__ = ("_event",)
+    The model thread also calls ``step()`` between the pieces of work that yield no text (the
+    chunks of a long prompt), so whoever watches for a hung model can tell slow from stuck."""
+
+    __slots__ = ("_callbacks", "_event", "on_step")
 
     def __init__(self) -> None:
         self._event = threading.Event()
+        self.on_step: Callable[[], None] | None = None
+        self._callbacks: list[Callable[[], None]] = []
+
+    def add_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (on the event loop) when cancelled; at once if already."""
+        if self.cancelled:
+            callback()
+        else:
+            self._callbacks.append(callback)
+
+    def step(self) -> None:
+        if self.on_step is not None:
+            self.on_step()
 
     def cancel(self) -> None:
+        if self._event.is_set():
+            return
         self._event.set()
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
 
     @property
     def cancelled(self) -> bool:

@@ -216,6 +216,7 @@ class LocalProvider(Provider):
             if cancel.cancelled:
                 return False
             llm.eval(tokens[at : min(at + PREFILL_CHUNK, len(tokens) - 1)])
+            cancel.step()
         return not cancel.cancelled
 
     def _go_cold(self) -> None:

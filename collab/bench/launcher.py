@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -73,7 +74,7 @@ class ServerProcess:
             time.sleep(0.2)
         raise RuntimeError("the embedding model did not load in time")
 
-    def start(self, timeout: float = 20.0) -> ServerProcess:
+    def start(self, timeout: float = 20.0, *, wait_ai: bool = True) -> ServerProcess:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env.update(
@@ -102,7 +103,31 @@ class ServerProcess:
         )
         log.close()
         self._wait_healthy(timeout)
+        if wait_ai and str(self.settings.get("ai_provider", "none")) != "none":
+            self.wait_ai(timeout=max(timeout, 60.0))
         return self
+
+    def health(self) -> dict[str, Any]:
+        reply = httpx.get(self.http_url + "/health", timeout=5)
+        reply.raise_for_status()
+        return dict(reply.json())
+
+    def wait_ai(
+        self,
+        *,
+        timeout: float = 60.0,
+        settled: tuple[str, ...] = ("ready", "degraded"),
+        restarts: int = 0,
+    ) -> dict[str, Any]:
+        """Wait until /health says the AI has left ``starting`` (the model worker loads after
+        the server is up) with at least ``restarts`` restarts behind it; its ``ai`` section."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            ai = self.health().get("ai") or {}
+            if ai.get("state") in settled and int(ai.get("restarts") or 0) >= restarts:
+                return dict(ai)
+            time.sleep(0.05)  # polling a process's public state; there is no event to wait on
+        raise RuntimeError(f"AI did not settle in {timeout}s: {self.health()}\n{self.log()}")
 
     def _wait_healthy(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
