@@ -55,6 +55,9 @@ _HELP = {
 }
 
 
+_MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+
+
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
@@ -83,19 +86,26 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
         from .bench.ai import add_ai_arguments
+        from .bench.model import add_model_arguments
         from .bench.sync import add_sync_arguments
 
         add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
         add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
+        add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
+        bench_kinds.add_parser("model", help=_MODEL_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "token":
         return _token(args)
+    if args.bench == "model":
+        from .bench.model import run_model_bench
+
+        return run_model_bench(args)
     if args.bench == "ai":
         from .bench.ai import run_ai_bench
 

@@ -255,6 +255,12 @@ KINDS: dict[str, Kind] = {
         lambda a: ai.SuggestionError(a.pop("id"), a.pop("code"), a.pop("message"))
     ),
     "ai.suggestion.accepted": _ai_server(lambda a: ai.SuggestionAccepted(a.pop("id"))),
+    "ai.status": _ai_client(lambda a: ai.WatchStatus(a.pop("id"))),
+    "ai.ai.status": _ai_server(
+        lambda a: ai.AiStatus(
+            a.pop("id"), a.pop("state"), a.pop("reason"), a.pop("model"), a.pop("quant")
+        )
+    ),
 }
 
 
@@ -418,6 +424,7 @@ _WIRE_FIELDS: dict[str, set[str]] = {
     "suggest": {"type", "id", "kind", "pos", "from", "to", "anchor", "max_tokens"},
     "cancel": {"type", "id"},
     "accept": {"type", "id"},
+    "status": {"type", "id"},
     **{
         wire_type: {"type", *cls.__dataclass_fields__}
         for wire_type, cls in ai._SERVER_TYPES.items()
