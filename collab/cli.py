@@ -56,6 +56,7 @@ _HELP = {
 
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+_STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
@@ -87,21 +88,28 @@ def main(argv: list[str] | None = None) -> int:
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
         from .bench.ai import add_ai_arguments
         from .bench.model import add_model_arguments
+        from .bench.startup import add_startup_arguments
         from .bench.sync import add_sync_arguments
 
         add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
         add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
         add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
+        add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
         bench_kinds.add_parser("model", help=_MODEL_HELP)
+        bench_kinds.add_parser("startup", help=_STARTUP_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "token":
         return _token(args)
+    if args.bench == "startup":
+        from .bench.startup import run_startup_bench
+
+        return run_startup_bench(args)
     if args.bench == "model":
         from .bench.model import run_model_bench
 
