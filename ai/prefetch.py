@@ -10,6 +10,10 @@ Knows nothing of sockets, documents or models; time is passed in.
 from __future__ import annotations
 
 from collections import deque
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .anchors import TextAnchor
 
 
 def edited_end(before: str, after: str) -> int | None:
@@ -22,6 +26,27 @@ def edited_end(before: str, after: str) -> int | None:
     limit = min(len(before), len(after)) - prefix
     suffix = _common_prefix(before[::-1][:limit], after[::-1][:limit])
     return len(after) - suffix
+
+
+def cursor_after_typing(
+    last: tuple[TextAnchor, float] | None, pause: Pause | None, before: str | None, text: str
+) -> tuple[int, bool] | None:
+    """Where an editor's cursor is after a burst of typing, and whether that is certain;
+    None when it has typed nothing since its cursor was last known (``last``: where, and
+    when). The server sees edits, not cursors: when the editor typed right at its last known
+    cursor (it usually goes on from where it asked), the cursor is after what it typed there,
+    whatever others did elsewhere; otherwise it is guessed to be where the text changed
+    (``edited_end``), which others typing at the same time can mislead."""
+    if last is not None:
+        anchor, known_at = last
+        if pause is not None and pause.last <= known_at:
+            return None  # it asked (or was prefetched for) after its last edit
+        typed = anchor.typed(text)
+        where = anchor.resolve(text)
+        if typed and where is not None:
+            return where + len(typed), True
+    cursor = edited_end(before, text) if before is not None else None
+    return None if cursor is None else (cursor, False)
 
 
 def _common_prefix(a: str, b: str) -> int:

@@ -1,0 +1,136 @@
+"""The prefetch planner: when an editor's typing pauses, compute the suggestion at its cursor
+before it asks, so its next ``suggest`` finds the answer in flight or in the cache.
+
+Decides when and what to compute and launches it through ``Flights`` at prefetch priority;
+the pure parts (debounce, cursor inference, duty cycle) are in ``ai/prefetch.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from pycrdt import Text
+
+from .anchors import TextAnchor
+from .cache import exact_key
+from .context import ContextBuilder, ContextMemo
+from .errors import Busy
+from .prefetch import Pause, cursor_after_typing
+from .records import TEXT_NAME, Flight, RoomState
+from .scheduler import PREFETCH
+
+if TYPE_CHECKING:
+    from collab.peer import Peer
+    from collab.room import Room
+
+    from .flights import Flights
+
+log = logging.getLogger(__name__)
+
+
+class Prefetcher:
+    def __init__(self, flights: Flights, builder: ContextBuilder) -> None:
+        self.flights = flights
+        self.builder = builder
+        self.debounce = flights.settings.prefetch_seconds  # 0: prefetch is off
+
+    def typed(self, room: Room, state: RoomState, peer: Peer) -> None:
+        """An editor's edit arrived: O(1), arming its debounce timer if none is pending."""
+        loop = asyncio.get_running_loop()
+        pause = state.pauses.get(peer.peer_id)
+        if pause is None:
+            pause = state.pauses[peer.peer_id] = Pause()
+        if pause.touch(loop.time()):
+            loop.call_later(self.debounce, self._paused, room, peer)
+
+    def forget(self, state: RoomState, peer: Peer) -> None:
+        """An editor left: drop what prefetch knew of it, and its prefetch unless a request
+        is reading it."""
+        state.pauses.pop(peer.peer_id, None)
+        state.lengths.pop(peer.peer_id, None)
+        state.cursors.pop(peer.peer_id, None)
+        prefetch = state.prefetches.pop(peer.peer_id, None)
+        if prefetch is not None and not prefetch.subscribers:
+            self.flights.end(prefetch, "cancelled")
+
+    def _paused(self, room: Room, peer: Peer) -> None:
+        """An editor's debounce timer fired: prefetch at its cursor if it has stopped typing."""
+        state = self.flights.rooms.get(room.name)
+        pause = state.pauses.get(peer.peer_id) if state is not None else None
+        if state is None or pause is None:
+            return  # the editor left, or the document unloaded
+        loop = asyncio.get_running_loop()
+        left = pause.remaining(loop.time(), self.debounce)
+        if left > 0:
+            loop.call_later(left, self._paused, room, peer)
+            return
+        try:
+            self._prefetch(room, state, peer)
+        except Exception:
+            log.exception("prefetch failed")
+
+    def _prefetch(self, room: Room, state: RoomState, peer: Peer) -> None:
+        flights = self.flights
+        if peer.peer_id not in state.lengths:
+            # Only for editors that ask for completions: scripts, bots and editors with
+            # suggestions off never do, and computing theirs would only take the model from
+            # (and evict the warm state of) those who do.
+            return
+        text = str(room.doc.get(TEXT_NAME, type=Text))
+        before, state.seen_text = state.seen_text, text
+        found = cursor_after_typing(
+            state.cursors.get(peer.peer_id), state.pauses.get(peer.peer_id), before, text
+        )
+        if found is None:
+            return
+        cursor, certain = found
+        now = asyncio.get_running_loop().time()
+        state.cursors[peer.peer_id] = (TextAnchor.at(text, cursor), now)
+        memo = state.memos.setdefault(peer.peer_id, ContextMemo())
+        if not certain:
+            # A guess must not overwrite the context the editor's next request will reuse.
+            memo = replace(memo)
+        prompt = self.builder.complete(state.regions, text, cursor, memo)
+        max_tokens = state.lengths.get(peer.peer_id, flights.settings.default_max_tokens)
+        query = flights.query(room, "complete", max_tokens, prompt)
+        embed_text = flights.embed_text(prompt)
+        if embed_text is not None and flights.embedder is not None:
+            if flights.embedder.cached(embed_text) is None:
+                flights.embed_later(embed_text, None)  # so the request finds it ready
+        key = exact_key(query)
+        previous = state.prefetches.get(peer.peer_id)
+        if previous is not None and not previous.finished:
+            if previous.key == key:
+                return
+            if not previous.subscribers:
+                flights.end(previous, "cancelled")
+        if (flights.cache is not None and flights.cache.has_exact(query)) or any(
+            f.key == key for f in state.flights
+        ):
+            return  # already known or being computed
+        if not flights.scheduler.idle or not flights.budget.allows(
+            asyncio.get_running_loop().time()
+        ):
+            flights.prefetch_counts["skipped"] += 1
+            return
+        flight = Flight(
+            room,
+            query,
+            key,
+            prompt,
+            TextAnchor.at(text, cursor),
+            max_tokens,
+            f"{room.name}\0{peer.peer_id}",
+            embed_text,
+            prefetch_for=peer.peer_id,
+        )
+        try:
+            flights.launch(flight, PREFETCH)
+        except Busy:
+            flights.prefetch_counts["skipped"] += 1
+            return
+        state.prefetches[peer.peer_id] = flight
+        flights.prefetch_counts["started"] += 1

@@ -1,0 +1,253 @@
+"""Serving one ``suggest`` request: from a flight already computing its answer, from the
+cache (exact, type-ahead, or semantic, raced against the model), or from a new flight.
+
+Builds the request's prompt and anchor from the server-held document and hands the streaming
+to ``Flights``. Knows nothing of frames: replies go through ``peer.send_stateless``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from pycrdt import StickyIndex, Text
+
+from protocol.ai import Suggest, SuggestionEnd, SuggestionStart
+
+from .anchors import TextAnchor
+from .cache import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
+from .context import ContextBuilder, ContextMemo
+from .errors import AiError, BadRequest
+from .positions import utf16_to_index
+from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
+from .scheduler import INTERACTIVE
+
+if TYPE_CHECKING:
+    from collab.peer import Peer
+    from collab.room import Room
+
+    from .flights import Flights
+
+log = logging.getLogger(__name__)
+
+
+class RequestServer:
+    def __init__(self, flights: Flights, builder: ContextBuilder) -> None:
+        self.flights = flights
+        self.builder = builder
+
+    def start(self, room: Room, peer: Peer, request: Suggest) -> None:
+        flights = self.flights
+        text_type = room.doc.get(TEXT_NAME, type=Text)
+        text = str(text_type)
+        state = flights.room_state(room)
+        state.seen_text = text  # prefetch's next diff starts from what this request saw
+        passage: str | None = None
+        if request.kind == "rewrite":
+            assert request.start is not None and request.end is not None
+            begin = utf16_to_index(text, request.start)
+            finish = utf16_to_index(text, request.end)
+            prompt = self.builder.rewrite(text, begin, finish)
+            anchor = TextAnchor.at(text, begin)
+            passage = text[begin:finish]
+        else:
+            cursor = _cursor(text_type, text, request)
+            memo = state.memos.setdefault(peer.peer_id, ContextMemo())
+            prompt = self.builder.complete(state.regions, text, cursor, memo)
+            anchor = TextAnchor.at(text, cursor)
+        max_tokens = request.max_tokens or flights.settings.default_max_tokens
+        if request.kind == "complete":
+            state.lengths[peer.peer_id] = max_tokens
+            state.cursors[peer.peer_id] = (anchor, asyncio.get_running_loop().time())
+        query = flights.query(room, request.kind, max_tokens, prompt)
+        suggestion = Suggestion(
+            request, peer, room, prompt, anchor, passage, time.perf_counter(), query
+        )
+        embed_text = flights.embed_text(prompt)
+        if self._serve_ready(state, suggestion, final=embed_text is None):
+            return
+        if embed_text is not None:
+            embedder = flights.embedder
+            vector = embedder.cached(embed_text) if embedder is not None else None
+            if vector is None:
+                # Race: the model starts now while the context is embedded (~36 ms on its own
+                # thread, off the loop); a semantic hit found first replaces the stream.
+                self._to_model(suggestion, max_tokens, embed_text, held=True)
+                flights.spawn(self._semantic_race(suggestion, embed_text))
+                return
+            hit = flights.cache.lookup(query, vector) if flights.cache is not None else None
+            if hit is not None:
+                self._serve_cached(suggestion, hit)
+                return
+        self._to_model(suggestion, max_tokens, embed_text)
+
+    async def _semantic_race(self, suggestion: Suggestion, embed_text: str) -> None:
+        """Decide a held request: a semantic hit replaces the model's stream (stopped if no
+        one else reads it); otherwise the model's stream is released, held text first. A model
+        that has already finished wins: its answer was computed for this very context."""
+        embedder, cache = self.flights.embedder, self.flights.cache
+        assert embedder is not None and cache is not None
+        vector = None
+        try:
+            vector = (await embedder.embed([embed_text]))[0]
+        except Exception:
+            log.exception("embedding a suggestion's context failed; the model answers")
+        if suggestion.finished or not suggestion.held:
+            return  # superseded, cancelled or failed meanwhile
+        flight = suggestion.flight
+        hit = None
+        if vector is not None and flight is not None and not flight.finished:
+            hit = cache.lookup(suggestion.query, vector)
+        else:
+            cache.misses += 1
+        if hit is None:
+            self._release(suggestion)
+            return
+        suggestion.held = False
+        if flight is not None:
+            flight.subscribers.remove(suggestion)
+            suggestion.flight = None
+            if all(s.finished for s in flight.subscribers) and flight.prefetch_for is None:
+                self.flights.end(flight, "cancelled")
+        self._serve_cached(suggestion, hit)
+
+    def _release(self, suggestion: Suggestion) -> None:
+        """A held request goes on with the model: start, what was held back, and the end if
+        the model has finished meanwhile."""
+        suggestion.held = False
+        request = suggestion.request
+        suggestion.peer.send_stateless(SuggestionStart(request.id, suggestion.source).encode())
+        self.flights.metrics.requests.labels("ws", suggestion.source).inc()
+        if suggestion.held_text:
+            held, suggestion.held_text = suggestion.held_text, ""
+            self.flights.send_delta(suggestion, held)
+        flight = suggestion.flight
+        if flight is not None and flight.finished:
+            self.flights.finish(suggestion, flight.pieces)
+
+    def _serve_ready(self, state: RoomState, suggestion: Suggestion, *, final: bool) -> bool:
+        """Serve from a flight already computing this answer, or from the exact and type-ahead
+        layers of the cache. False when neither can."""
+        found = _in_flight(state, suggestion)
+        if found is not None:
+            flight, offset, source = found
+            self._attach(suggestion, flight, offset, source)
+            return True
+        if self.flights.cache is not None:
+            hit = self.flights.cache.lookup(suggestion.query, final=final)
+            if hit is not None:
+                self._serve_cached(suggestion, hit)
+                return True
+        return False
+
+    def _to_model(
+        self,
+        suggestion: Suggestion,
+        max_tokens: int,
+        embed_text: str | None,
+        *,
+        held: bool = False,
+    ) -> None:
+        room, peer = suggestion.room, suggestion.peer
+        flight = Flight(
+            room,
+            suggestion.query,
+            exact_key(suggestion.query),
+            suggestion.prompt,
+            suggestion.anchor,
+            max_tokens,
+            f"{room.name}\0{peer.peer_id}",
+            embed_text,
+        )
+        # The editor's previous request is superseded even if this one is then refused as busy
+        # (its slot in the queue is freed first).
+        self.flights.claim(suggestion)
+        try:
+            self.flights.launch(flight, INTERACTIVE)  # raises Busy at once when the queue is full
+        except AiError:
+            suggestion.finished = True
+            raise
+        self._attach(suggestion, flight, 0, MODEL, held=held)
+
+    def _attach(
+        self,
+        suggestion: Suggestion,
+        flight: Flight,
+        offset: int,
+        source: str,
+        *,
+        held: bool = False,
+    ) -> None:
+        """``suggestion`` takes its text from ``flight`` from character ``offset`` on (what
+        its editor typed already is skipped): what exists now at once, the rest as it comes."""
+        flights = self.flights
+        if flight.prefetch_for is not None and not flight.served:
+            flights.prefetch_counts["used"] += 1
+            if flight.job is not None:
+                flights.scheduler.promote(flight.job)  # someone waits now: never preempted
+        flight.served = True
+        suggestion.flight = flight
+        suggestion.source = source
+        # Joined before the editor's previous request is superseded: if that one was this
+        # flight's only listener, the flight must not stop.
+        flight.subscribers.append(suggestion)
+        flights.claim(suggestion)
+        if held:
+            suggestion.held = True
+            return
+        suggestion.peer.send_stateless(SuggestionStart(suggestion.request.id, source).encode())
+        flights.metrics.requests.labels("ws", source).inc()
+        if len(flight.text) > offset:
+            flights.send_delta(suggestion, flight.text[offset:])
+
+    def _serve_cached(self, suggestion: Suggestion, hit: CacheHit) -> None:
+        """An answer from the cache: the whole stream at once, no model involved."""
+        flights = self.flights
+        flights.claim(suggestion)
+        request, peer = suggestion.request, suggestion.peer
+        suggestion.source = hit.layer
+        peer.send_stateless(SuggestionStart(request.id, hit.layer).encode())
+        flights.metrics.requests.labels("ws", hit.layer).inc()
+        flights.send_delta(suggestion, hit.text)
+        suggestion.finished = True
+        ttft = (suggestion.first_at or time.perf_counter()) - suggestion.requested_at
+        peer.send_stateless(SuggestionEnd(request.id, "done", round(ttft * 1000, 3), 0).encode())
+        flights.metrics.outcomes.labels("done").inc()
+
+
+def _in_flight(state: RoomState, suggestion: Suggestion) -> tuple[Flight, int, str] | None:
+    query = suggestion.query
+    key = exact_key(query)
+    for flight in state.flights:
+        if flight.finished or flight.query.kind != query.kind:
+            continue
+        if flight.key == key:
+            unused_prefetch = flight.prefetch_for is not None and not flight.served
+            return flight, 0, PREFETCH if unused_prefetch else EXACT
+        if suggestion.request.kind == "complete" and flight.text:
+            cut = typed_ahead(flight.query.window, query.window, flight.text)
+            if cut is not None:
+                return flight, cut, TYPEAHEAD
+    return None
+
+
+def _cursor(text_type: Text, text: str, request: Suggest) -> int:
+    if request.anchor is None:
+        assert request.pos is not None
+        return utf16_to_index(text, request.pos)
+    # A client's Yjs relative position, resolved by pycrdt (UTF-16 units). pycrdt 0.14 can
+    # panic (a BaseException) or mix units on some inputs (y-crdt/pycrdt#382): contain it.
+    try:
+        raw = base64.b64decode(request.anchor, validate=True)
+        units = StickyIndex.decode(raw, text_type).get_index()
+    except binascii.Error as exc:
+        raise BadRequest("'anchor' is not base64") from exc
+    except BaseException as exc:
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        raise BadRequest("'anchor' is not a Yjs relative position in this document") from exc
+    return utf16_to_index(text, units)
