@@ -17,7 +17,14 @@ from typing import TYPE_CHECKING, Any
 
 from pycrdt import Text
 
-from protocol.ai import Accept, Cancel, InvalidAiMessage, Suggest, decode_client_message
+from protocol.ai import (
+    Accept,
+    Cancel,
+    InvalidAiMessage,
+    Suggest,
+    WatchStatus,
+    decode_client_message,
+)
 
 from .accept import AI_ORIGIN, Acceptor
 from .cache import SuggestionCache
@@ -30,6 +37,7 @@ from .providers.base import Provider
 from .records import TEXT_NAME, Flight, Suggestion
 from .scheduler import Scheduler
 from .serving import RequestServer
+from .status import StatusBoard
 
 if TYPE_CHECKING:
     from collab.peer import Peer
@@ -85,6 +93,8 @@ class AiEngine:
         self.requests = RequestServer(self.flights, self.builder)
         self.prefetcher = Prefetcher(self.flights, self.builder)
         self.acceptor = Acceptor(self.flights)
+        # Whether AI works now, for /health and the editors that asked (set by the wiring).
+        self.status: StatusBoard | None = None
 
     # ---- hooks ------------------------------------------------------------------------------
 
@@ -102,6 +112,9 @@ class AiEngine:
                 self.requests.start(room, peer, message)
             elif isinstance(message, Cancel):
                 self.flights.cancel(peer, message.id, "cancelled")
+            elif isinstance(message, WatchStatus):
+                if self.status is not None:
+                    self.status.watch(peer, message.id)
             elif isinstance(message, Accept):
                 # Off the connection's receive loop: the accept waits for its write to be durable.
                 self.flights.spawn(self.acceptor.accept_reporting(room, peer, message.id))
@@ -124,6 +137,8 @@ class AiEngine:
 
     def on_detach(self, room: Room, peer: Peer) -> None:
         self.flights.forget(room, peer)
+        if self.status is not None:
+            self.status.unwatch(peer)
         state = self.flights.rooms.get(room.name)
         if state is not None:
             state.memos.pop(peer.peer_id, None)

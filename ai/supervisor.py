@@ -136,8 +136,8 @@ class Supervisor:
                 self._set(
                     DEGRADED,
                     f"the model worker died {len(self.crashes)} times in "
-                    f"{self.settings.crash_window:.0f} s (last: it {self._last_exit}); AI stays off "
-                    "until the server restarts",
+                    f"{self.settings.crash_window:.0f} s (last: it {self._last_exit}); "
+                    "AI stays off until the server restarts",
                 )
                 log.error("AI is off: %s", self.reason)
                 return

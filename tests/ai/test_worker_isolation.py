@@ -68,6 +68,15 @@ def start_faulty(tmp_path: Path, fault: str, **settings: object) -> ServerProces
         del os.environ["TETHER_AI_FAULT"]
 
 
+async def next_status(doc: DocumentHandle, request_id: str) -> dict[str, object]:
+    with anyio.fail_after(30):
+        while True:
+            message = json.loads(await doc.stateless.get())
+            if message.get("id") == request_id:
+                assert message["type"] == "ai.status", message
+                return dict(message)
+
+
 async def first_delta(doc: DocumentHandle, request_id: str) -> None:
     with anyio.fail_after(30):
         while True:
@@ -106,6 +115,8 @@ async def test_kill_9_of_the_worker_mid_stream_costs_the_suggestion_not_a_socket
         a.append("Dear team, the quarterly report is ready and")
         await b.wait_text(str(a.text))
         worker_pid = int(local.health()["ai"]["worker_pid"])
+        b.send_stateless(WatchStatus("watch").encode())
+        assert (await next_status(b, "watch"))["state"] == "ready"
         stop_typing = asyncio.Event()
 
         async def type_along(doc: DocumentHandle, mark: str) -> int:
@@ -133,6 +144,9 @@ async def test_kill_9_of_the_worker_mid_stream_costs_the_suggestion_not_a_socket
         # Sync went on through it: both typists kept getting acks on their one socket.
         ai = local.wait_ai(restarts=1, settled=("ready",))
         assert int(ai["worker_pid"]) != worker_pid
+        down = await next_status(b, "watch")  # bob, who asked, heard it go and come back
+        assert down["state"] == "starting" and "SIGKILL" in down["reason"], down
+        assert (await next_status(b, "watch"))["state"] == "ready"
         after = await ask(a, "after", max_tokens=6)
         assert after.end["type"] == "suggestion.end" and after.source == "model", after.end
         assert after.text
@@ -170,15 +184,16 @@ async def test_a_worker_that_fails_its_self_test_leaves_sync_up_and_ai_degraded(
             await a.wait_acked()
             await b.wait_text("sync works without AI")
             a.send_stateless(WatchStatus("st").encode())
-            answer = await ask(a, "s1")
-            assert answer.end["code"] == "unavailable", answer.end
-            assert "self-test" in answer.end["message"]
             with anyio.fail_after(10):
                 while True:
                     status = json.loads(await a.stateless.get())
                     if status.get("id") == "st":
                         break
             assert status["type"] == "ai.status" and status["state"] == "degraded", status
+            assert "self-test" in status["reason"]
+            answer = await ask(a, "s1")
+            assert answer.end["code"] == "unavailable", answer.end
+            assert "self-test" in answer.end["message"]
         log = server.log()
         assert log.count("\n") < 40, f"a noisy start:\n{log}"
     finally:
