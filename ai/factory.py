@@ -56,6 +56,7 @@ def build_supervisor(settings: Any, *, generate: bool) -> Supervisor:
         "state_budget_mb": settings.ai_state_budget_mb,
         "semantic": wants_embedder(settings),
         "generate": generate,
+        "nice": settings.ai_worker_nice,
     }
     return Supervisor(
         SupervisorSettings(

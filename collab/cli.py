@@ -46,6 +46,7 @@ _HELP = {
     "ai_coalesce_ms": "streamed text is sent at most once per this many ms after the first",
     "ai_timeout": "seconds a suggestion may take before it fails",
     "ai_stall_timeout": "seconds without a token after which the model worker counts as hung",
+    "ai_worker_nice": "niceness added to the model worker so sync wins contended cores (0-19)",
     "ai_crash_limit": "model worker deaths within 60 s after which AI stays off (degraded)",
     "ai_script": "tests only: JSON {pieces, delay} for the scripted provider",
     "openai_base_url": "OpenAI-compatible upstream, e.g. http://127.0.0.1:8000/v1",

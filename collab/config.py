@@ -60,6 +60,8 @@ class Settings:
     # restarted); this many deaths within a minute turn AI off (degraded) until a restart.
     ai_stall_timeout: float = 10.0
     ai_crash_limit: int = 5
+    # Niceness added to the model worker: on contended cores sync runs first (0: equal).
+    ai_worker_nice: int = 10
     ai_script: str = ""
     openai_base_url: str = ""
     openai_model: str = ""
@@ -91,6 +93,8 @@ class Settings:
             raise ValueError("ai_semantic_threshold must be in (0, 1]")
         if not 0.0 <= self.ai_prefetch_budget <= 1.0:
             raise ValueError("ai_prefetch_budget must be between 0 and 1")
+        if not 0 <= self.ai_worker_nice <= 19:
+            raise ValueError("ai_worker_nice must be between 0 and 19")
         if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1:
             raise ValueError("ai_stall_timeout must be positive and ai_crash_limit at least 1")
         if self.idle_timeout <= self.ping_interval:

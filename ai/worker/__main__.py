@@ -44,6 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     from .serve import WorkerConfig
 
     config = WorkerConfig.from_json(json.loads(args.config))
+    if config.nice > 0:
+        # Sync before suggestions when the cores are contended: the model yields to the
+        # process that holds the sockets, and takes all the CPU it likes otherwise.
+        os.nice(config.nice)
     faults = Faults.parse(os.environ.get(ENV, ""))
     channel = socket.socket(fileno=args.fd)
     return asyncio.run(_serve(config, faults, channel))

@@ -58,6 +58,7 @@ class WorkerConfig:
     semantic: bool = True
     # False: only the embedder lives here (the suggestions come from an upstream provider).
     generate: bool = True
+    nice: int = 10  # scheduling niceness added to the worker's (0: as the server's)
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> WorkerConfig:
