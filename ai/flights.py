@@ -20,7 +20,7 @@ from pycrdt import Text
 from protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
 
 from .cache import CacheQuery, SuggestionCache, embedding_text
-from .errors import AiError, BadRequest
+from .errors import AiError, BadRequest, ModelUnavailable
 from .generation import run_generation
 from .metrics import AiMetrics
 from .prefetch import DutyCycle
@@ -317,6 +317,8 @@ class Flights:
         async def embed() -> None:
             try:
                 vector = (await embedder.embed([text]))[0]
+            except ModelUnavailable:
+                return  # the worker is down: this entry stays exact-only, as before loading
             finally:
                 self._embedding -= 1
             if entry is not None and self.cache is not None:

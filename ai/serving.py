@@ -21,7 +21,7 @@ from protocol.ai import Suggest, SuggestionEnd, SuggestionStart
 from .anchors import TextAnchor
 from .cache import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
 from .context import ContextBuilder, ContextMemo
-from .errors import AiError, BadRequest
+from .errors import AiError, BadRequest, ModelUnavailable
 from .positions import utf16_to_index
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
 from .scheduler import INTERACTIVE
@@ -94,6 +94,8 @@ class RequestServer:
         vector = None
         try:
             vector = (await embedder.embed([embed_text]))[0]
+        except ModelUnavailable as exc:  # the worker died or restarts: already logged once
+            log.debug("no embedding (%s); the model answers", exc)
         except Exception:
             log.exception("embedding a suggestion's context failed; the model answers")
         if suggestion.finished or not suggestion.held:
