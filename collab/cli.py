@@ -57,6 +57,7 @@ _HELP = {
 
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+_WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 
 
@@ -91,22 +92,29 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import add_model_arguments
         from .bench.startup import add_startup_arguments
         from .bench.sync import add_sync_arguments
+        from .bench.worker_hop import add_worker_arguments
 
         add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
         add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
         add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
         add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
+        add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
         bench_kinds.add_parser("model", help=_MODEL_HELP)
         bench_kinds.add_parser("startup", help=_STARTUP_HELP)
+        bench_kinds.add_parser("worker", help=_WORKER_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "token":
         return _token(args)
+    if args.bench == "worker":
+        from .bench.worker_hop import run_worker_bench
+
+        return run_worker_bench(args)
     if args.bench == "startup":
         from .bench.startup import run_startup_bench
 
