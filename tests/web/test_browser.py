@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,6 +93,8 @@ def test_a_ghost_suggestion_appears_and_tab_accepts_it_for_everyone(
     token = web_server.token(["web-*"])
     writer = open_page(browser, web_server, "web-ghost", token)
     reader = open_page(browser, web_server, "web-ghost", token)
+    expect(writer.locator("body")).to_have_attribute("data-ai", "ready", timeout=10000)
+    expect(writer.locator("#tether-suggest")).to_be_enabled()
     type_at_end(writer, "The boats came home")
     writer.keyboard.press("Control+Space")
     ghost = writer.locator("[data-testid=ghost]")
@@ -141,3 +144,25 @@ def test_a_page_without_access_sees_the_refusal_and_no_document_text(
     assert "classified" not in page.content()
     context.close()
     owner.context.close()
+
+
+def test_ai_buttons_grey_out_with_the_reason_while_sync_goes_on(
+    browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model worker that cannot pass its self-test (a build that faults on this CPU): the
+    editor says so on its AI buttons, and editing and sync are untouched."""
+    monkeypatch.setenv("TETHER_AI_FAULT", "selftest-crash")
+    with ServerProcess(tmp_path, ai_provider="local", ai_semantic="off") as server:
+        assert server.wait_ai()["state"] == "degraded"
+        token = server.token(["web-*"])
+        first = open_page(browser, server, "web-degraded", token)
+        second = open_page(browser, server, "web-degraded", token)
+        expect(first.locator("body")).to_have_attribute("data-ai", "degraded", timeout=10000)
+        suggest = first.locator("#tether-suggest")
+        expect(suggest).to_be_disabled()
+        expect(suggest).to_have_attribute("title", re.compile(r"AI unavailable: .*self-test"))
+        expect(first.locator("#tether-rewrite")).to_be_disabled()
+        type_at_end(first, "still syncing")
+        expect(second.locator(".cm-content")).to_contain_text("still syncing")
+        first.context.close()
+        second.context.close()

@@ -215,8 +215,9 @@ provider.on("authenticated", ({ scope }) => {
   scopeEl.hidden = writable;
   document.body.dataset.scope = scope;
   view.dispatch({ effects: editable.reconfigure(editableExtensions(writable)) });
-  suggestButton.disabled = !aiEnabled || !writable;
-  rewriteButton.disabled = !aiEnabled || !writable;
+  // The AI's state belongs to the socket: ask again after every (re)authentication.
+  if (aiEnabled) send({ type: "status", id: AI_STATUS_ID });
+  renderAiControls();
 });
 
 provider.on("authenticationFailed", ({ reason }) => {
@@ -318,6 +319,45 @@ function send(message) {
   provider.sendStateless(JSON.stringify(message));
 }
 
+// What the server says of its AI (ai.status): null until it says anything (an older server
+// never does: then AI counts as available). Only "ready" means suggestions work.
+const AI_STATUS_ID = "ai-status";
+let aiState = null; // {state, reason}
+const SUGGEST_TITLE = suggestButton.title;
+const REWRITE_TITLE = rewriteButton.title;
+
+function aiAvailable() {
+  return aiState === null || aiState.state === "ready";
+}
+
+function aiUnavailableText() {
+  return `AI unavailable: ${aiState.reason || aiState.state}`;
+}
+
+/** Grey the AI controls while AI cannot answer, saying why on hover. */
+function renderAiControls() {
+  const usable = aiEnabled && writable && !refused && aiAvailable();
+  suggestButton.disabled = !usable;
+  rewriteButton.disabled = !usable;
+  const why = aiAvailable() ? null : aiUnavailableText();
+  suggestButton.title = why || SUGGEST_TITLE;
+  rewriteButton.title = why || REWRITE_TITLE;
+  document.body.dataset.ai = aiState ? aiState.state : "unknown";
+}
+
+function setAiState(state, reason) {
+  const wasAvailable = aiAvailable();
+  aiState = { state, reason: reason || "" };
+  renderAiControls();
+  if (!aiAvailable()) {
+    const ghost = view && view.state.field(ghostField, false);
+    if (ghost && !ghost.received) view.dispatch({ effects: clearGhost.of({ silent: true }) });
+    aiNote(aiUnavailableText(), true);
+  } else if (!wasAvailable) {
+    aiNote("AI is back");
+  }
+}
+
 let aiNoteTimer = null;
 function aiNote(text, sticky = false) {
   aiEl.textContent = text;
@@ -342,6 +382,10 @@ let rewrite = null; // {id, from, to, old, received, streaming, state}
 const ctl = {
   request(view, { auto }) {
     if (refused || !aiEnabled || !authenticated || !writable) return;
+    if (!aiAvailable()) {
+      if (!auto) aiNote(aiUnavailableText(), true);
+      return;
+    }
     if (auto && (rewrite || !view.hasFocus)) return;
     // Positions must mean the same text on both sides: only when connected and in sync.
     if (websocketProvider.status !== "connected" || !provider.isSynced) {
@@ -450,6 +494,13 @@ provider.on("stateless", ({ payload }) => {
     return;
   }
   if (!msg || typeof msg !== "object" || typeof msg.type !== "string") return;
+  if (msg.type === "ai.status" && msg.id === AI_STATUS_ID) {
+    return setAiState(String(msg.state), typeof msg.reason === "string" ? msg.reason : "");
+  }
+  if (msg.type === "suggestion.error" && msg.code === "unavailable" && aiAvailable()) {
+    // The worker died under this suggestion: grey out until ai.status says it is back.
+    setAiState("starting", msg.message || "the model is restarting");
+  }
   const ghost = view.state.field(ghostField, false);
   if (ghost && msg.id === ghost.id) return onGhostMessage(msg, ghost);
   if (rewrite && msg.id === rewrite.id) return onRewriteMessage(msg);
@@ -498,6 +549,10 @@ function onGhostMessage(msg, ghost) {
 
 function startRewrite(view) {
   if (refused || !aiEnabled || !authenticated || !writable) return;
+  if (!aiAvailable()) {
+    aiNote(aiUnavailableText(), true);
+    return;
+  }
   const sel = view.state.selection.main;
   if (sel.empty) {
     aiNote("Select some text to rewrite.");
