@@ -9,7 +9,9 @@ forgotten, and an opener that arrives while it unloads waits and gets a fresh lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 
 from pycrdt import Doc
 
@@ -72,6 +74,18 @@ class RoomManager:
             if not room.closing:
                 self._cancel_unload_timer(name)
                 return room
+
+    @contextlib.asynccontextmanager
+    async def visit(self, name: str) -> AsyncIterator[Room]:
+        """The loaded room for a reader that attaches no peer (REST, the HTTP suggestion path):
+        when it is done, a room nobody is attached to goes back to unloading after the grace
+        period, as if its last editor had left. ``acquire`` alone would pin it loaded forever."""
+        room = await self.acquire(name)
+        try:
+            yield room
+        finally:
+            if not room.peers and not room.closing and self._rooms.get(name) is room:
+                self._schedule_unload(room)
 
     def _forget_loading(self, name: str, future: asyncio.Future[Room]) -> None:
         if self._loading.get(name) is future:

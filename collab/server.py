@@ -177,12 +177,14 @@ def create_app(
         name = request.path_params["name"]
         if grant is None:
             return _unauthorized()
+        if not valid_document_name(name):  # the rule /ws applies: no NUL, bounded length
+            return JSONResponse({"error": "invalid document name"}, status_code=400)
         if not grant.allows(name):
             return JSONResponse({"error": "document not allowed by token"}, status_code=403)
-        ctx = holder["ctx"]
-        room = await ctx.rooms.acquire(name)
-        text = str(room.doc.get(TEXT_NAME, type=Text))
-        return JSONResponse({"name": name, "text": text, "peers": len(room.peers)})
+        async with holder["ctx"].rooms.visit(name) as room:
+            text = str(room.doc.get(TEXT_NAME, type=Text))
+            peers = len(room.peers)
+        return JSONResponse({"name": name, "text": text, "peers": peers})
 
     async def suggest_endpoint(request: Request) -> Response:
         grant = _bearer_grant(request, authenticator)
@@ -213,11 +215,9 @@ def create_app(
         except AuthError as exc:
             return JSONResponse({"error": str(exc)}, status_code=403)
         if uploaded is None:
-            room = await holder["ctx"].rooms.acquire(document)
-            text, session = (
-                str(room.doc.get(TEXT_NAME, type=Text)),
-                f"{document}\0http:{grant.subject}",
-            )
+            async with holder["ctx"].rooms.visit(document) as room:
+                text = str(room.doc.get(TEXT_NAME, type=Text))
+            session = f"{document}\0http:{grant.subject}"
             cold = bool(body.get("baseline"))
         else:
             text, session, cold = uploaded, "http-baseline", True
