@@ -19,6 +19,7 @@ _HELP = {
     "data_dir": "directory for the SQLite database",
     "auth": "'jwt' (verify HS256 tokens) or 'none' (no auth: local use only)",
     "jwt_secret": "HS256 secret for --auth jwt (at least 32 characters)",
+    "allowed_origins": "browser origins allowed besides the server's own and loopback",
     "log_level": "debug, info, warning or error",
     "max_frame_bytes": "largest accepted WebSocket message",
     "max_documents_per_connection": "documents one /ws connection may open",

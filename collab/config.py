@@ -22,6 +22,9 @@ class Settings:
     # "jwt" verifies HS256 tokens with jwt_secret; "none" lets anyone edit anything (local use).
     auth: str = "jwt"
     jwt_secret: str = ""
+    # Web origins besides this server's own and loopback that may open sockets and call the
+    # API from a browser, comma-separated ("https://docs.example.com"); see collab.origins.
+    allowed_origins: str = ""
     log_level: str = "info"
     max_frame_bytes: int = 16 * 1024 * 1024
     max_documents_per_connection: int = 64

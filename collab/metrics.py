@@ -38,6 +38,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.origin_refusals = Counter(
+            "tether_origin_refusals_total",
+            "Requests refused for their Origin or Host (cross-site pages, DNS rebinding)",
+            ["kind"],
+            registry=r,
+        )
         self.auth_failures = Counter(
             "tether_auth_failures_total", "Refused document opens", ["reason"], registry=r
         )

@@ -34,6 +34,7 @@ from .context import ServerContext, valid_document_name
 from .hooks import Hooks
 from .metrics import Metrics
 from .mux_connection import MuxConnection
+from .origins import OriginPolicy
 from .rooms import RoomManager
 from .sqlite_store import SQLiteStore
 from .storage import Store
@@ -193,6 +194,10 @@ def create_app(
         engine = holder.get("ai")
         if engine is None:
             return JSONResponse({"error": "AI suggestions are off on this server"}, status_code=503)
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            # A cross-site <form> can POST text/plain without asking; JSON needs a preflight.
+            return JSONResponse({"error": "Content-Type must be application/json"}, 415)
         try:
             body = json.loads(await _read_body(request, settings.max_frame_bytes))
             if not isinstance(body, dict):
@@ -246,13 +251,29 @@ def create_app(
         Route("/api/documents/{name:path}", get_document),
     ]
     http_app = Starlette(routes=routes, lifespan=lifespan)
+    origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
+    refused_origins: set[str] = set()  # logged once each (bounded)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "websocket":
+        if scope["type"] not in ("http", "websocket"):
+            await http_app(scope, receive, send)  # lifespan
+            return
+        refusal = _origin_refusal(scope, origins)
+        if scope["type"] == "http":
+            if refusal is not None:
+                metrics.origin_refusals.labels("http").inc()
+                _log_refusal_once(refused_origins, scope, refusal)
+                await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
+                return
             await http_app(scope, receive, send)
             return
         ws = _AsgiWebSocket(receive, send)
         if not await ws.handshake():
+            return
+        if refusal is not None:
+            metrics.origin_refusals.labels("websocket").inc()
+            _log_refusal_once(refused_origins, scope, refusal)
+            await ws.refuse(1008, refusal)  # the upgrade fails with 403: no document byte
             return
         path: str = scope["path"]
         if path == "/ws":
@@ -286,6 +307,28 @@ async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metric
     stack.callback(engine.close)
     log.info("AI suggestions from the %r provider", provider.name)
     return engine
+
+
+def _origin_refusal(scope: Scope, origins: OriginPolicy) -> str | None:
+    headers = {k.lower(): v for k, v in scope.get("headers", []) if k.lower() in _ORIGIN_HEADERS}
+    host, origin = headers.get(b"host"), headers.get(b"origin")
+    return origins.refusal(
+        host.decode("latin-1") if host is not None else None,
+        origin.decode("latin-1") if origin is not None else None,
+    )
+
+
+_ORIGIN_HEADERS = (b"host", b"origin")
+_MAX_LOGGED_ORIGINS = 256
+
+
+def _log_refusal_once(seen: set[str], scope: Scope, reason: str) -> None:
+    headers = dict(scope.get("headers", []))
+    key = (headers.get(b"origin", b"") + b" " + headers.get(b"host", b"")).decode("latin-1")
+    if key in seen or len(seen) >= _MAX_LOGGED_ORIGINS:
+        return
+    seen.add(key)
+    log.warning("refused a request from origin/host %r: %s", key[:200], reason)
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
