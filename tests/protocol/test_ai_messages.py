@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from protocol import ai
 from protocol.ai import (
     Accept,
+    AiStatus,
     Cancel,
     InvalidAiMessage,
     Suggest,
@@ -27,6 +28,7 @@ from protocol.ai import (
     SuggestionEnd,
     SuggestionError,
     SuggestionStart,
+    WatchStatus,
     decode_client_message,
     decode_server_message,
 )
@@ -83,6 +85,7 @@ CLIENT_MESSAGES = [
     Suggest("é😀", "complete", pos=0),
     Cancel("s1"),
     Accept("s1"),
+    WatchStatus("ai-status"),
 ]
 SERVER_MESSAGES = [
     SuggestionStart("s1", "model"),
@@ -96,6 +99,8 @@ SERVER_MESSAGES = [
     SuggestionError(None, "bad_request", "payload is not JSON"),
     SuggestionError("s4", "busy", "the model is busy; try again shortly"),
     SuggestionAccepted("s1"),
+    AiStatus("ai-status", "ready", "", "qwen2.5-0.5b-instruct", "q4_k_m"),
+    *(AiStatus("x", state, "the model worker crashed (SIGSEGV)") for state in ai.AI_STATES),
 ]
 
 
@@ -154,6 +159,27 @@ def test_every_server_message_round_trips_and_fits_a_frame(request_id, text, oth
 def test_cancel_and_accept_round_trip_any_id(request_id):
     for message in (Cancel(request_id), Accept(request_id)):
         assert decode_client_message(message.encode()) == message
+
+
+def test_a_status_request_decodes_as_a_subscription_to_the_ai_state():
+    assert decode_client_message('{"type":"status","id":"x"}') == WatchStatus("x")
+    assert WatchStatus("x").encode() == '{"type":"status","id":"x"}'
+
+
+def test_an_ai_status_round_trips_with_its_reason_and_leaves_out_an_unknown_model():
+    status = AiStatus("x", "degraded", "the model worker failed its self-test")
+    assert json.loads(status.encode()) == {
+        "type": "ai.status",
+        "id": "x",
+        "state": "degraded",
+        "reason": "the model worker failed its self-test",
+    }
+    assert decode_server_message(status.encode()) == status
+
+
+def test_an_ai_status_with_an_undocumented_state_is_refused():
+    with pytest.raises(InvalidAiMessage):
+        decode_server_message('{"type":"ai.status","id":"x","state":"sleepy","reason":""}')
 
 
 # ---- the wire form ----------------------------------------------------------------------------

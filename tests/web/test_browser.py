@@ -166,3 +166,38 @@ def test_ai_buttons_grey_out_with_the_reason_while_sync_goes_on(
         expect(second.locator(".cm-content")).to_contain_text("still syncing")
         first.context.close()
         second.context.close()
+
+
+# Every change of the Suggest button's state, seen in the page (the grey spell after a crash
+# may be shorter than any polling interval).
+WATCH_SUGGEST = """() => {
+  const button = document.querySelector("#tether-suggest");
+  window.seenSuggest = [];
+  const note = () => window.seenSuggest.push(
+    {disabled: button.disabled, title: button.title, ai: document.body.dataset.ai});
+  new MutationObserver(note).observe(button, {attributes: true});
+}"""
+
+
+def test_a_worker_crash_mid_suggestion_greys_the_ai_buttons_until_ai_is_back(
+    browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TETHER_AI_FAULT", "crash-after-tokens:1")
+    with ServerProcess(tmp_path, ai_provider="local", ai_semantic="off") as server:
+        page = open_page(browser, server, "web-crash", server.token(["web-*"]))
+        expect(page.locator("body")).to_have_attribute("data-ai", "ready", timeout=10000)
+        suggest = page.locator("#tether-suggest")
+        expect(suggest).to_be_enabled()
+        page.evaluate(WATCH_SUGGEST)
+        type_at_end(page, "It was a dark and stormy night")
+        page.keyboard.press("Control+Space")
+        page.wait_for_function("() => window.seenSuggest.some((s) => s.disabled)", timeout=30000)
+        server.wait_ai(restarts=1, settled=("ready",))
+        expect(suggest).to_be_enabled(timeout=15000)
+        expect(page.locator("body")).to_have_attribute("data-ai", "ready")
+        expect(suggest).to_have_attribute("title", re.compile(r"^Suggest a continuation"))
+        greyed = [s["title"] for s in page.evaluate("() => window.seenSuggest") if s["disabled"]]
+        assert any("SIGSEGV" in title for title in greyed), greyed
+        assert all(re.match(r"AI unavailable: (?!AI)", title) for title in greyed), greyed
+        expect(page.locator("[data-testid=ghost]")).to_have_count(0)
+        page.context.close()

@@ -334,6 +334,11 @@ function aiUnavailableText() {
   return `AI unavailable: ${aiState.reason || aiState.state}`;
 }
 
+// The server's 'unavailable' errors already begin "AI is unavailable: …"; say it once.
+function withoutPrefix(reason) {
+  return String(reason || "").replace(/^\s*AI (is )?unavailable:\s*/i, "");
+}
+
 /** Grey the AI controls while AI cannot answer, saying why on hover. */
 function renderAiControls() {
   const usable = aiEnabled && writable && !refused && aiAvailable();
@@ -342,12 +347,12 @@ function renderAiControls() {
   const why = aiAvailable() ? null : aiUnavailableText();
   suggestButton.title = why || SUGGEST_TITLE;
   rewriteButton.title = why || REWRITE_TITLE;
-  document.body.dataset.ai = aiState ? aiState.state : "unknown";
+  document.body.dataset.ai = !aiEnabled ? "off" : aiState ? aiState.state : "unknown";
 }
 
 function setAiState(state, reason) {
   const wasAvailable = aiAvailable();
-  aiState = { state, reason: reason || "" };
+  aiState = { state, reason: withoutPrefix(reason) };
   renderAiControls();
   if (!aiAvailable()) {
     const ghost = view && view.state.field(ghostField, false);
@@ -497,10 +502,7 @@ provider.on("stateless", ({ payload }) => {
   if (msg.type === "ai.status" && msg.id === AI_STATUS_ID) {
     return setAiState(String(msg.state), typeof msg.reason === "string" ? msg.reason : "");
   }
-  if (msg.type === "suggestion.error" && msg.code === "unavailable" && aiAvailable()) {
-    // The worker died under this suggestion: grey out until ai.status says it is back.
-    setAiState("starting", msg.message || "the model is restarting");
-  }
+  if (msg.type === "suggestion.error" && msg.code === "unavailable") return onUnavailable(msg);
   const ghost = view.state.field(ghostField, false);
   if (ghost && msg.id === ghost.id) return onGhostMessage(msg, ghost);
   if (rewrite && msg.id === rewrite.id) return onRewriteMessage(msg);
@@ -514,6 +516,17 @@ provider.on("stateless", ({ payload }) => {
     }
   }
 });
+
+/** The model worker died under a suggestion: grey out until ai.status says ready again. */
+function onUnavailable(msg) {
+  if (pendingAccept && msg.id === pendingAccept.id) pendingAccept = null;
+  const ghost = view.state.field(ghostField, false);
+  if (ghost && msg.id === ghost.id) view.dispatch({ effects: clearGhost.of({ silent: true }) });
+  if (rewrite && msg.id === rewrite.id) onRewriteMessage({ ...msg, message: withoutPrefix(msg.message) });
+  // Its sticky note says why (a later ai.status replaces the state and the reason).
+  if (aiAvailable()) setAiState("starting", msg.message || "the model is restarting");
+  else aiNote(aiUnavailableText(), true);
+}
 
 function onGhostMessage(msg, ghost) {
   switch (msg.type) {
@@ -704,6 +717,7 @@ rewriteButton.addEventListener("click", () => startRewrite(view));
 
 renderPresence();
 renderPending();
+renderAiControls();
 
 // For scripted browser tests and debugging.
 window.tether = { provider, websocketProvider, ydoc, ytext, view, user, documentName };
