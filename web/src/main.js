@@ -526,6 +526,9 @@ function onUnavailable(msg) {
   // Its sticky note says why (a later ai.status replaces the state and the reason).
   if (aiAvailable()) setAiState("starting", msg.message || "the model is restarting");
   else aiNote(aiUnavailableText(), true);
+  // Ask again: the answer is the server's current state, so an ai.status that crossed this
+  // error on the wire cannot leave the buttons grey (one subscription per socket: harmless).
+  send({ type: "status", id: AI_STATUS_ID });
 }
 
 function onGhostMessage(msg, ghost) {
