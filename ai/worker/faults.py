@@ -15,6 +15,7 @@ import resource
 from dataclasses import dataclass
 
 ENV = "TETHER_AI_FAULT"
+KINDS = ("", "selftest-crash", "crash-after-tokens", "hang-after-tokens", "oom-after-tokens")
 
 
 @dataclass
@@ -26,8 +27,7 @@ class Faults:
     @classmethod
     def parse(cls, spec: str) -> Faults:
         kind, _, count = spec.strip().partition(":")
-        known = ("", "selftest-crash", "crash-after-tokens", "hang-after-tokens")
-        if kind not in (*known, "oom-after-tokens"):
+        if kind not in KINDS:
             raise ValueError(f"unknown {ENV} {spec!r}")
         return cls(kind, int(count or 0))
 

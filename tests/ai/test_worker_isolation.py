@@ -9,12 +9,13 @@ real MemoryError inside the worker process).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -68,6 +69,19 @@ def start_faulty(tmp_path: Path, fault: str, **settings: object) -> ServerProces
         del os.environ["TETHER_AI_FAULT"]
 
 
+@contextlib.asynccontextmanager
+async def two_editors(
+    server: ServerProcess, name: str
+) -> AsyncIterator[tuple[TetherClient, TetherClient, DocumentHandle, DocumentHandle]]:
+    """Two editors, each on its own socket, on document ``name``."""
+    token = server.token()
+    async with (
+        TetherClient(server.ws_url, token=token, reconnect=False) as alice,
+        TetherClient(server.ws_url, token=token, reconnect=False) as bob,
+    ):
+        yield alice, bob, await alice.open(name), await bob.open(name)
+
+
 async def next_status(doc: DocumentHandle, request_id: str) -> dict[str, object]:
     with anyio.fail_after(30):
         while True:
@@ -105,13 +119,7 @@ async def test_the_live_server_maps_no_native_ai_code_and_its_worker_does(
 async def test_kill_9_of_the_worker_mid_stream_costs_the_suggestion_not_a_socket(
     local: ServerProcess,
 ) -> None:
-    token = local.token()
-    async with (
-        TetherClient(local.ws_url, token=token, reconnect=False) as alice,
-        TetherClient(local.ws_url, token=token, reconnect=False) as bob,
-    ):
-        a = await alice.open("killed")
-        b = await bob.open("killed")
+    async with two_editors(local, "killed") as (alice, bob, a, b):
         a.append("Dear team, the quarterly report is ready and")
         await b.wait_text(str(a.text))
         worker_pid = int(local.health()["ai"]["worker_pid"])
@@ -173,23 +181,13 @@ async def test_a_worker_that_fails_its_self_test_leaves_sync_up_and_ai_degraded(
         assert ai["state"] == "degraded", ai
         assert "SIGSEGV" in ai["reason"] and "self-test" in ai["reason"], ai["reason"]
         assert server.proc is not None and server.proc.poll() is None
-        token = server.token()
-        async with (
-            TetherClient(server.ws_url, token=token, reconnect=False) as alice,
-            TetherClient(server.ws_url, token=token, reconnect=False) as bob,
-        ):
-            a = await alice.open("selftest")
-            b = await bob.open("selftest")
+        async with two_editors(server, "selftest") as (_, _, a, b):
             a.append("sync works without AI")
             await a.wait_acked()
             await b.wait_text("sync works without AI")
             a.send_stateless(WatchStatus("st").encode())
-            with anyio.fail_after(10):
-                while True:
-                    status = json.loads(await a.stateless.get())
-                    if status.get("id") == "st":
-                        break
-            assert status["type"] == "ai.status" and status["state"] == "degraded", status
+            status = await next_status(a, "st")
+            assert status["state"] == "degraded", status
             assert "self-test" in status["reason"]
             answer = await ask(a, "s1")
             assert answer.end["code"] == "unavailable", answer.end
