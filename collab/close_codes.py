@@ -47,7 +47,7 @@ def close_for(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, ProtocolError):
         return PROTOCOL_ERROR, "protocol error"
     if isinstance(exc, InvalidUpdate):
-        return PROTOCOL_ERROR, "protocol error: invalid update"
+        return PROTOCOL_ERROR, _clip(f"invalid update: {exc}")
     if isinstance(exc, SlowConsumer):
         return TRY_AGAIN_LATER, "slow consumer: send queue overflowed"
     return INTERNAL_ERROR, "internal error"

@@ -35,6 +35,9 @@ class Settings:
     send_queue_frames: int = 2048
     unload_grace: float = 5.0
     compact_threshold: int = 500
+    # Shared types nested deeper than this are refused before they are applied or stored (yrs
+    # deletes nested types recursively; ~50,000 levels overflow its stack). Editors nest < 30.
+    max_nesting_depth: int = 128
     # AI suggestions: "local" (embedded SmolLM2 via llama.cpp), "openai" (any OpenAI-compatible
     # upstream), "none"; "scripted" is a fake for tests of the streaming mechanics only.
     ai_provider: str = "local"
@@ -102,6 +105,8 @@ class Settings:
             raise ValueError("ai_worker_nice must be between 0 and 19")
         if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1:
             raise ValueError("ai_stall_timeout must be positive and ai_crash_limit at least 1")
+        if not 1 <= self.max_nesting_depth <= 10_000:
+            raise ValueError("max_nesting_depth must be between 1 and 10000")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 

@@ -22,6 +22,13 @@ class Metrics:
         self.rejected_updates = Counter(
             "tether_updates_rejected_total", "Updates refused (readonly scope)", registry=r
         )
+        self.update_refusals = Counter(
+            "tether_update_refusals_total",
+            "Updates refused before they were applied (malformed, nesting depth, missing"
+            " dependencies, inconsistent origins)",
+            ["limit"],
+            registry=r,
+        )
         self.fanout_frames = Counter(
             "tether_fanout_frames_total", "Frames queued to other editors", registry=r
         )

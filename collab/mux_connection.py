@@ -36,6 +36,7 @@ from .lifecycle import CloseConnection, detach_each, run_connection
 from .outbox import Outbox, SlowConsumer
 from .peer import Peer
 from .room import Room
+from .rooms import DocumentQuarantined
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,14 @@ class MuxConnection:
         return self._session.grant(event.channel, grant.scope)
 
     async def _open(self, event: ChannelOpened) -> None:
-        room = await self._ctx.rooms.acquire(event.document)
+        try:
+            room = await self._ctx.rooms.acquire(event.document)
+        except DocumentQuarantined:
+            for follow_up in self._session.revoke(event.channel, "document quarantined"):
+                if isinstance(follow_up, Reply):
+                    self._outbox.put(follow_up.frame)
+            self._grant_of_channel.pop(event.channel, None)
+            return
         grant = self._grant_of_channel[event.channel]
         peer = Peer(self._outbox, grant, event.scope, event.channel)
         room.attach(peer)

@@ -28,11 +28,18 @@ from protocol.sync import (
     decode_awareness,
     encode_awareness,
 )
+from protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
 from .metrics import Metrics
 from .peer import Peer
 from .storage import StorageError, Store
+from .update_guard import (
+    DEFAULT_MAX_NESTING_DEPTH,
+    MissingDependencies,
+    UpdateGuard,
+    UpdateRefused,
+)
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +98,7 @@ class Room:
         hooks: Hooks,
         metrics: Metrics,
         compact_threshold: int,
+        guard: UpdateGuard | None = None,
         log_entries: int = 0,
     ) -> None:
         self.name = name
@@ -106,6 +114,12 @@ class Room:
         self._acks: dict[Peer, _AckQueue] = {}
         self._pending_writes: set[asyncio.Future[Any]] = set()
         self._compacting = False
+        # The guard must have seen everything in ``doc`` (RoomManager loads through it).
+        self.guard = guard or UpdateGuard(DEFAULT_MAX_NESTING_DEPTH)
+        # (peer id, limit) already logged, so a hostile peer costs one log line per limit
+        self._refusals_logged: set[tuple[int, str]] = set()
+        # peers already asked to resend from our state vector since their last accepted update
+        self._resync_asked: set[Peer] = set()
         self.closing = False
         self.on_empty: Callable[[Room], None] | None = None
 
@@ -130,6 +144,8 @@ class Room:
             return
         self.peers.discard(peer)
         self._acks.pop(peer, None)
+        self._resync_asked.discard(peer)
+        self._refusals_logged = {k for k in self._refusals_logged if k[0] != peer.peer_id}
         try:
             self._remove_presence(peer)
         finally:
@@ -160,12 +176,40 @@ class Room:
             self._metrics.rejected_updates.inc()
             acks.push(done=True, applied=False)
             return
+        try:
+            scan = scan_update(update)
+            parents = self.guard.check(scan)
+        except MalformedUpdate as exc:
+            self._refuse(peer, "malformed", str(exc))
+            raise InvalidUpdate(str(exc)) from exc
+        except MissingDependencies as exc:
+            # Not hostile in itself (a relay may deliver out of order), so the connection stays;
+            # nothing is applied or stored, the ack says so, and the sender is asked once for
+            # everything we lack, which a Yjs client answers with one complete update.
+            self._refuse(peer, exc.limit, str(exc))
+            acks.push(done=True, applied=False)
+            if peer not in self._resync_asked:
+                self._resync_asked.add(peer)
+                peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
+            return
+        except UpdateRefused as exc:
+            self._refuse(peer, exc.limit, str(exc))
+            raise InvalidUpdate(str(exc)) from exc
         apply_update(self.doc, update, origin=peer)
+        self.guard.admit(scan, parents)
+        self._resync_asked.discard(peer)
         self._metrics.updates.inc()
         self._broadcast(SyncUpdate(update).encode(), exclude=peer, sync=True)
         self._hooks.on_change(self, update, peer)
         entry = acks.push(done=False, applied=False)
         self._persist(update, acks, entry, received=time.perf_counter())
+
+    def _refuse(self, peer: Peer, limit: str, reason: str) -> None:
+        self._metrics.update_refusals.labels(limit).inc()
+        key = (peer.peer_id, limit)
+        if key not in self._refusals_logged:
+            self._refusals_logged.add(key)
+            log.warning("refused an update of %r from peer %d: %s", self.name, peer.peer_id, reason)
 
     def edit(self, change: Callable[[Doc], None], origin: object) -> asyncio.Future[int]:
         """An edit made by the server itself (e.g. an accepted AI suggestion), in one transaction
@@ -174,6 +218,8 @@ class Room:
         with self.doc.transaction(origin=origin):
             change(self.doc)
         update = self.doc.get_update(before)
+        scan = scan_update(update)
+        self.guard.admit(scan, self.guard.check(scan))
         self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
         self._hooks.on_change(self, update, origin)
         return self._persist(update, None, None, received=time.perf_counter())

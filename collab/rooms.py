@@ -15,10 +15,13 @@ from collections.abc import AsyncIterator
 
 from pycrdt import Doc
 
+from protocol.update_scan import MalformedUpdate, scan_update
+
 from .hooks import Hooks
 from .metrics import Metrics
 from .room import InvalidUpdate, Room, apply_update
 from .storage import Store
+from .update_guard import MissingDependencies, UpdateGuard, UpdateRefused
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +37,14 @@ class RoomManager:
         metrics: Metrics,
         unload_grace: float,
         compact_threshold: int,
+        max_nesting_depth: int = 128,
     ) -> None:
         self._store = store
         self._hooks = hooks
         self._metrics = metrics
         self._unload_grace = unload_grace
         self._compact_threshold = compact_threshold
+        self._max_nesting_depth = max_nesting_depth
         self._rooms: dict[str, Room] = {}
         self._loading: dict[str, asyncio.Future[Room]] = {}
         self._unloading: dict[str, asyncio.Task[None]] = {}
@@ -94,11 +99,9 @@ class RoomManager:
     async def _load(self, name: str) -> Room:
         updates = await self._store.load(name)
         doc = Doc()
+        guard = UpdateGuard(self._max_nesting_depth)
         for update in updates:
-            try:
-                apply_update(doc, update, origin=STORAGE_ORIGIN)
-            except InvalidUpdate:
-                log.error("skipping an unreadable stored update of %r", name)
+            _load_stored(name, doc, guard, update)
         room = Room(
             name,
             doc,
@@ -106,6 +109,7 @@ class RoomManager:
             hooks=self._hooks,
             metrics=self._metrics,
             compact_threshold=self._compact_threshold,
+            guard=guard,
             log_entries=max(len(updates) - 1, 0),
         )
         room.on_empty = self._schedule_unload
@@ -165,3 +169,35 @@ class RoomManager:
                 await room.compact()
         if self._unloading:
             await asyncio.gather(*self._unloading.values(), return_exceptions=True)
+
+
+class DocumentQuarantined(Exception):
+    """A stored document holds structure the server refuses to load (e.g. nesting deep enough
+    to overflow yrs's stack when deleted, stored before the guard existed). Its bytes are kept
+    untouched for the operator; it is never applied, so no edit or delete can crash on it."""
+
+
+def _load_stored(name: str, doc: Doc, guard: UpdateGuard, update: bytes) -> None:
+    """Apply one stored update through the same checks as a live one."""
+    try:
+        scan = scan_update(update)
+        parents = guard.check(scan)
+    except MissingDependencies:
+        # Stored before the guard refused such updates: yrs parks it as pending, as it did.
+        log.warning("a stored update of %r has missing dependencies; applied as pending", name)
+        _apply_stored(name, doc, update)
+        return
+    except (MalformedUpdate, UpdateRefused) as exc:
+        log.error("document %r is quarantined: %s", name, exc)
+        raise DocumentQuarantined(f"document {name!r} is quarantined: {exc}") from exc
+    if _apply_stored(name, doc, update):
+        guard.admit(scan, parents)
+
+
+def _apply_stored(name: str, doc: Doc, update: bytes) -> bool:
+    try:
+        apply_update(doc, update, origin=STORAGE_ORIGIN)
+    except InvalidUpdate:
+        log.error("skipping an unreadable stored update of %r", name)
+        return False
+    return True

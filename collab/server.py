@@ -35,7 +35,7 @@ from .hooks import Hooks
 from .metrics import Metrics
 from .mux_connection import MuxConnection
 from .origins import OriginPolicy
-from .rooms import RoomManager
+from .rooms import DocumentQuarantined, RoomManager
 from .sqlite_store import SQLiteStore
 from .storage import Store
 from .yws_connection import YwsConnection
@@ -116,6 +116,7 @@ def create_app(
                 metrics=metrics,
                 unload_grace=settings.unload_grace,
                 compact_threshold=settings.compact_threshold,
+                max_nesting_depth=settings.max_nesting_depth,
             )
             stack.push_async_callback(rooms.close)
             engine = await _start_ai(settings, stack, metrics)
@@ -182,9 +183,12 @@ def create_app(
             return JSONResponse({"error": "invalid document name"}, status_code=400)
         if not grant.allows(name):
             return JSONResponse({"error": "document not allowed by token"}, status_code=403)
-        async with holder["ctx"].rooms.visit(name) as room:
-            text = str(room.doc.get(TEXT_NAME, type=Text))
-            peers = len(room.peers)
+        try:
+            async with holder["ctx"].rooms.visit(name) as room:
+                text = str(room.doc.get(TEXT_NAME, type=Text))
+                peers = len(room.peers)
+        except DocumentQuarantined as exc:
+            return JSONResponse({"error": str(exc)}, status_code=409)
         return JSONResponse({"name": name, "text": text, "peers": peers})
 
     async def suggest_endpoint(request: Request) -> Response:

@@ -1,0 +1,246 @@
+"""Checks each update against what the document already holds, before pycrdt applies it.
+
+One guard per loaded document. It keeps a compact index of the document's structure: for every
+client, runs of clocks that hang under the same parent (a root name or a nested type's item),
+and the nesting depth of every nested type. With it, an update is refused before it is applied
+or stored when
+
+- it nests shared types deeper than ``max_depth`` (yrs deletes nested types recursively: tens of
+  thousands of levels overflow the stack and kill the process, and the document stays armed);
+- it depends on structs the document does not have (a gap in a client's clocks, an origin, parent
+  or deleted range beyond what is known): yrs would park it as *pending*, acknowledge nothing it
+  could integrate, and drop it from every snapshot (``Doc.get_update`` leaves pending structs out),
+  so an ack would not mean the edit survives compaction. The sender is asked to resend from our
+  state vector instead, which a Yjs client answers with everything we lack, in order;
+- an item's origin and right origin hang under different parents, or its parent is not a shared
+  type: no Yjs client writes that, and yrs integrates it in ways a reload does not reproduce.
+
+Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
+an update once pycrdt has applied it (every change to the document must be admitted, the server's
+own edits included, or later updates that build on them look like missing dependencies).
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from protocol.update_scan import ID, ScannedItem, ScannedUpdate
+
+DEFAULT_MAX_NESTING_DEPTH = 128
+
+Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
+
+
+class UpdateRefused(Exception):
+    """The update was not applied; ``str(exc)`` is safe to show the sender, ``limit`` names why."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class MissingDependencies(UpdateRefused):
+    """The update builds on structs this document does not have (yet)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "missing-dependencies")
+
+
+class _Runs:
+    """One client's clocks, as runs that share a parent; clocks only grow, so runs only append."""
+
+    __slots__ = ("parents", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.parents: list[Parent] = []
+
+    def add(self, clock: int, parent: Parent) -> None:
+        if self.parents and self.parents[-1] == parent:
+            return  # the run before already covers it
+        self.starts.append(clock)
+        self.parents.append(parent)
+
+    def parent_at(self, clock: int) -> Parent:
+        return self.parents[bisect.bisect_right(self.starts, clock) - 1]
+
+
+class UpdateGuard:
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self._known: dict[int, int] = {}  # client → one past its last known clock
+        self._runs: dict[int, _Runs] = {}
+        self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
+
+    def check(self, scan: ScannedUpdate) -> dict[int, Parent]:
+        """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
+        new item (by index in ``scan.items``) for ``admit``."""
+        known = self._known
+        for client, start in scan.starts.items():
+            if start > known.get(client, 0):
+                raise MissingDependencies(
+                    f"update refused: it starts at clock {start} of client {client}, "
+                    f"but this document has that client only up to {known.get(client, 0)}"
+                )
+        for gap in scan.ranges:
+            if gap.skip and gap.clock + gap.length > known.get(gap.client, 0):
+                raise MissingDependencies("update refused: it skips structs this document lacks")
+        for client, clock, length in scan.deletes:
+            if clock + length > max(known.get(client, 0), scan.ends.get(client, 0)):
+                raise MissingDependencies("update refused: it deletes structs this document lacks")
+        return _Resolver(self, scan).resolve_all()
+
+    def admit(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
+        known = self._known
+        for gap in scan.ranges:
+            if gap.clock + gap.length > known.get(gap.client, 0):
+                self._runs_of(gap.client).add(max(gap.clock, known.get(gap.client, 0)), None)
+        for index, item in enumerate(scan.items):
+            end = item.clock + item.length
+            seen = known.get(item.client, 0)
+            if end <= seen:
+                continue  # a duplicate of what the document has
+            parent = parents[index]
+            self._runs_of(item.client).add(max(item.clock, seen), parent)
+            if item.makes_type:
+                self._depth[(item.client, item.clock)] = self._depth_under(parent, {}) + 1
+        for client, end in scan.ends.items():
+            if end > known.get(client, 0):
+                known[client] = end
+
+    def knows(self, ident: ID) -> bool:
+        return ident[1] < self._known.get(ident[0], 0)
+
+    def parent_of(self, ident: ID) -> Parent:
+        return self._runs[ident[0]].parent_at(ident[1])
+
+    def depth_of_type(self, ident: ID) -> int | None:
+        return self._depth.get(ident)
+
+    def _depth_under(self, parent: Parent, fresh: dict[ID, int]) -> int:
+        if parent is None or isinstance(parent, str):
+            return 0
+        depth = fresh.get(parent)
+        if depth is None:
+            depth = self._depth.get(parent, 0)
+        return depth
+
+    def _runs_of(self, client: int) -> _Runs:
+        runs = self._runs.get(client)
+        if runs is None:
+            runs = self._runs[client] = _Runs()
+        return runs
+
+
+class _Resolver:
+    """Finds the parent of every new item of one update, some of which hang on others in it."""
+
+    def __init__(self, guard: UpdateGuard, scan: ScannedUpdate) -> None:
+        self.guard = guard
+        self.scan = scan
+        self.parents: dict[int, Parent] = {}
+        self.fresh_depth: dict[ID, int] = {}
+        # client → (clocks, item indices) of this update's items, for lookups by ID
+        self.index: dict[int, tuple[list[int], list[int]]] = {}
+        for position, item in enumerate(scan.items):
+            clocks, positions = self.index.setdefault(item.client, ([], []))
+            clocks.append(item.clock)
+            positions.append(position)
+
+    def resolve_all(self) -> dict[int, Parent]:
+        for position in range(len(self.scan.items)):
+            if position not in self.parents:
+                self._resolve(position)
+        return self.parents
+
+    def _resolve(self, first: int) -> None:
+        # Depth-first without recursion: an update may chain thousands of items on each other.
+        stack = [first]
+        on_stack = {first}
+        while stack:
+            position = stack[-1]
+            item = self.scan.items[position]
+            dependency = self._unresolved_dependency(item)
+            if dependency is not None:
+                if dependency in on_stack:
+                    raise UpdateRefused(
+                        "update refused: items that hang on each other", "malformed"
+                    )
+                stack.append(dependency)
+                on_stack.add(dependency)
+                continue
+            self.parents[position] = self._parent(item)
+            stack.pop()
+            on_stack.discard(position)
+
+    def _unresolved_dependency(self, item: ScannedItem) -> int | None:
+        """An item of this update that ``item``'s parent (or depth) is found through and whose
+        own parent is not known yet."""
+        for ident in (item.parent_id, item.origin, item.right_origin):
+            if ident is not None:
+                local = self._local(ident)
+                if local is not None and local not in self.parents:
+                    return local
+        return None
+
+    def _local(self, ident: ID) -> int | None:
+        """This update's item holding ``ident``, if the document does not have it already."""
+        if self.guard.knows(ident):
+            return None
+        entry = self.index.get(ident[0])
+        if entry is not None:
+            clocks, positions = entry
+            at = bisect.bisect_right(clocks, ident[1]) - 1
+            if at >= 0:
+                item = self.scan.items[positions[at]]
+                if ident[1] < item.clock + item.length:
+                    return positions[at]
+        for gap in self.scan.ranges:
+            if gap.client == ident[0] and gap.clock <= ident[1] < gap.clock + gap.length:
+                return None  # garbage-collected: parent unknown
+        raise MissingDependencies(
+            f"update refused: it builds on {ident[0]}:{ident[1]}, which this document lacks"
+        )
+
+    def _parent_of_id(self, ident: ID) -> Parent:
+        if self.guard.knows(ident):
+            return self.guard.parent_of(ident)
+        local = self._local(ident)
+        return None if local is None else self.parents[local]
+
+    def _parent(self, item: ScannedItem) -> Parent:
+        if item.parent_root is not None:
+            parent: Parent = item.parent_root
+        elif item.parent_id is not None:
+            parent = item.parent_id
+            self._check_is_type(parent)
+        elif item.origin is not None:
+            parent = self._parent_of_id(item.origin)
+            if item.right_origin is not None:
+                other = self._parent_of_id(item.right_origin)
+                if other != parent and None not in (other, parent):
+                    raise UpdateRefused(
+                        "update refused: an item's origin and right origin are in different types",
+                        "inconsistent-origins",
+                    )
+        else:
+            assert item.right_origin is not None
+            parent = self._parent_of_id(item.right_origin)
+        if item.makes_type:
+            depth = self.guard._depth_under(parent, self.fresh_depth) + 1
+            if depth > self.guard.max_depth:
+                raise UpdateRefused(
+                    f"update refused: shared types nested deeper than {self.guard.max_depth}",
+                    "nesting-depth",
+                )
+            self.fresh_depth[(item.client, item.clock)] = depth
+        return parent
+
+    def _check_is_type(self, ident: ID) -> None:
+        if self.guard.knows(ident):
+            if self.guard.depth_of_type(ident) is None and self.guard.parent_of(ident) is not None:
+                raise UpdateRefused("update refused: its parent is not a shared type", "malformed")
+            return
+        local = self._local(ident)
+        if local is not None and not self.scan.items[local].makes_type:
+            raise UpdateRefused("update refused: its parent is not a shared type", "malformed")

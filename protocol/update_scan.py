@@ -1,0 +1,214 @@
+"""Reads a Yjs v1 update's structure without applying it: which items it creates, where each
+one hangs, and which ranges it deletes.
+
+Sans-IO and pure. The server scans every update before pycrdt sees it, because yrs trusts
+structure it should not: a chain of nested types tens of thousands deep overflows its stack when
+deleted (SIGSEGV, the whole process), a value nested deep in a ``ContentAny`` recurses in its
+decoder, and an update whose dependencies are missing is parked as *pending* where a snapshot
+cannot see it. A scan refuses what no real Yjs client produces (unknown content kinds, nesting in
+values beyond ``MAX_VALUE_DEPTH``) and hands the rest to ``collab.update_guard`` as plain data.
+
+Format (lib0 v1, as ``Y.encodeStateAsUpdate`` writes it): clients, each with its structs from
+a start clock; each struct a GC, a Skip or an Item (info byte, optional origin, right origin or
+parent, then content); then the delete set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .lib0 import DecodeError, Decoder
+
+# Value nesting (JSON-like ``Any``) deeper than this is refused: editors' data is shallow, and
+# each level costs the decoders (ours and yrs's) a stack frame.
+MAX_VALUE_DEPTH = 64
+
+# Content kinds (the low five bits of an item's info byte).
+DELETED, JSON, BINARY, STRING, EMBED, FORMAT, TYPE, ANY, DOC = 1, 2, 3, 4, 5, 6, 7, 8, 9
+_GC, _SKIP = 0, 10
+_XML_ELEMENT, _XML_HOOK = 3, 5
+_MAX_TYPE_REF = 6
+
+ID = tuple[int, int]  # (client, clock)
+
+
+class MalformedUpdate(ValueError):
+    """The bytes are not an update a Yjs client writes; ``str(exc)`` is safe to show."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedItem:
+    client: int
+    clock: int
+    length: int
+    origin: ID | None
+    right_origin: ID | None
+    parent_root: str | None  # a root type's name, when the parent is written as one
+    parent_id: ID | None  # the nested type's item, when the parent is written as one
+    parent_sub: str | None
+    content: int
+    makes_type: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedRange:
+    """A GC or Skip struct: clocks it covers without an item."""
+
+    client: int
+    clock: int
+    length: int
+    skip: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedUpdate:
+    items: list[ScannedItem]
+    ranges: list[ScannedRange]
+    deletes: list[tuple[int, int, int]]  # (client, clock, length)
+    starts: dict[int, int]  # client → the first clock this update writes
+    ends: dict[int, int]  # client → one past the last clock this update writes
+
+
+def scan_update(update: bytes) -> ScannedUpdate:
+    try:
+        return _scan(Decoder(update))
+    except DecodeError as exc:
+        raise MalformedUpdate(f"malformed update: {exc}") from exc
+
+
+def _scan(d: Decoder) -> ScannedUpdate:
+    items: list[ScannedItem] = []
+    ranges: list[ScannedRange] = []
+    starts: dict[int, int] = {}
+    ends: dict[int, int] = {}
+    for _ in range(d.read_var_uint()):
+        count = d.read_var_uint()
+        client = d.read_var_uint()
+        clock = d.read_var_uint()
+        if client in starts:
+            raise MalformedUpdate("malformed update: a client's structs appear twice")
+        starts[client] = clock
+        for _ in range(count):
+            info = _byte(d)
+            kind = info & 0x1F
+            if kind in (_GC, _SKIP):
+                length = d.read_var_uint()
+                ranges.append(ScannedRange(client, clock, length, kind == _SKIP))
+            else:
+                item = _item(d, info, client, clock)
+                items.append(item)
+                length = item.length
+            if length < 1:
+                raise MalformedUpdate("malformed update: a struct of length 0")
+            clock += length
+        ends[client] = clock
+    deletes: list[tuple[int, int, int]] = []
+    for _ in range(d.read_var_uint()):
+        client = d.read_var_uint()
+        for _ in range(d.read_var_uint()):
+            start, length = d.read_var_uint(), d.read_var_uint()
+            deletes.append((client, start, length))
+    if not d.at_end():
+        raise MalformedUpdate("malformed update: trailing bytes")
+    return ScannedUpdate(items, ranges, deletes, starts, ends)
+
+
+def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
+    origin = (d.read_var_uint(), d.read_var_uint()) if info & 0x80 else None
+    right_origin = (d.read_var_uint(), d.read_var_uint()) if info & 0x40 else None
+    parent_root: str | None = None
+    parent_id: ID | None = None
+    parent_sub: str | None = None
+    if not info & 0xC0:
+        if d.read_var_uint() == 1:
+            parent_root = d.read_var_string()
+        else:
+            parent_id = (d.read_var_uint(), d.read_var_uint())
+        if info & 0x20:
+            parent_sub = d.read_var_string()
+    kind = info & 0x1F
+    length = _content(d, kind)
+    return ScannedItem(
+        client,
+        clock,
+        length,
+        origin,
+        right_origin,
+        parent_root,
+        parent_id,
+        parent_sub,
+        kind,
+        kind == TYPE,
+    )
+
+
+def _content(d: Decoder, kind: int) -> int:
+    """Skips the content and returns its length in clock units."""
+    if kind == DELETED:
+        return d.read_var_uint()
+    if kind == JSON:
+        count = d.read_var_uint()
+        for _ in range(count):
+            d.read_var_string()
+        return count
+    if kind == BINARY:
+        d.read_var_uint8_array()
+        return 1
+    if kind == STRING:
+        # Clocks count UTF-16 code units, as in JavaScript.
+        return len(d.read_var_string().encode("utf-16-le")) // 2
+    if kind == EMBED:
+        d.read_var_string()
+        return 1
+    if kind == FORMAT:
+        d.read_var_string()
+        d.read_var_string()
+        return 1
+    if kind == TYPE:
+        ref = d.read_var_uint()
+        if ref > _MAX_TYPE_REF:
+            raise MalformedUpdate(f"malformed update: unknown shared type {ref}")
+        if ref in (_XML_ELEMENT, _XML_HOOK):
+            d.read_var_string()
+        return 1
+    if kind == ANY:
+        count = d.read_var_uint()
+        for _ in range(count):
+            _any(d, 0)
+        return count
+    if kind == DOC:
+        d.read_var_string()
+        _any(d, 0)
+        return 1
+    raise MalformedUpdate(f"malformed update: unknown content kind {kind}")
+
+
+def _any(d: Decoder, depth: int) -> None:
+    if depth > MAX_VALUE_DEPTH:
+        raise MalformedUpdate(f"update refused: a value nested deeper than {MAX_VALUE_DEPTH}")
+    tag = _byte(d)
+    if tag in (127, 126, 121, 120):  # undefined, null, false, true
+        return
+    if tag == 125:
+        d.read_var_int()
+    elif tag == 124:
+        d.read_bytes(4)
+    elif tag in (123, 122):
+        d.read_bytes(8)
+    elif tag == 119:
+        d.read_var_string()
+    elif tag == 118:
+        for _ in range(d.read_var_uint()):
+            d.read_var_string()
+            _any(d, depth + 1)
+    elif tag == 117:
+        for _ in range(d.read_var_uint()):
+            _any(d, depth + 1)
+    elif tag == 116:
+        d.read_var_uint8_array()
+    else:
+        raise MalformedUpdate(f"malformed update: unknown value tag {tag}")
+
+
+def _byte(d: Decoder) -> int:
+    return d.read_bytes(1)[0]

@@ -1,0 +1,220 @@
+"""Updates that would crash the server or lose acked edits, against a live server (issue 10,
+items 1 and 2), plus a fuzzer over *updates*: for every update the server accepts, the live
+document, the stored snapshot after compaction and a reload all agree."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from pycrdt import Doc, Text
+
+from collab.sqlite_store import SQLiteStore
+from protocol.lib0 import write_var_string, write_var_uint
+from protocol.sync import SyncUpdate
+from tests.metrics_scrape import metric_value, metrics_text
+from tests.rawpeer import TEXT, MuxPeer
+from tests.serverproc import ServerProcess
+
+pytestmark = pytest.mark.anyio
+
+
+def nested_arrays(levels: int, client: int = 4242) -> bytes:
+    """A hand-written v1 update: a root array "a" holding an array holding an array ...,
+    ``levels`` deep (written by hand: building it with pycrdt would put the deep tree in this
+    process, and dropping it can overflow this process's stack)."""
+    out = bytearray()
+    out += write_var_uint(1) + write_var_uint(levels) + write_var_uint(client) + write_var_uint(0)
+    for clock in range(levels):
+        out.append(7)  # an item with type content; parent written out (no origins)
+        if clock == 0:
+            out += write_var_uint(1) + write_var_string("a")
+        else:
+            out += write_var_uint(0) + write_var_uint(client) + write_var_uint(clock - 1)
+        out += write_var_uint(0)  # Y.Array
+    out += write_var_uint(0)  # empty delete set
+    return bytes(out)
+
+
+async def rest(server: ServerProcess, name: str) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=10) as http:
+        return await http.get(
+            f"{server.http_url}/api/documents/{name}",
+            headers={"Authorization": f"Bearer {server.token([name])}"},
+        )
+
+
+@pytest.fixture(scope="module")
+def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with ServerProcess(tmp_path_factory.mktemp("guard"), ai_provider="none") as server:
+        yield server
+
+
+async def test_deep_nesting_is_refused_before_it_is_applied_and_the_server_lives(
+    plain_server: ServerProcess,
+) -> None:
+    server = plain_server
+    token = server.token()
+    async with (
+        await MuxPeer.connect(server.ws_url) as attacker,
+        await MuxPeer.connect(server.ws_url) as bystander,
+    ):
+        other = await bystander.open("other", token)
+        await attacker.open("bomb", token)
+        await attacker.send_sync("bomb", SyncUpdate(nested_arrays(50_000)))
+        code = await attacker.wait_closed()
+        assert code == 1002
+        # Everyone else carries on: the process did not die and nothing was stored.
+        await other.append("still here")
+        await other.wait_acked()
+        assert other.statuses and all(other.statuses)
+    assert (await rest(server, "bomb")).json()["text"] == ""
+    metrics = await metrics_text(server)
+    assert metric_value(metrics, "tether_update_refusals_total", limit="nesting-depth") >= 1
+    # Shallow nesting is ordinary editing and passes.
+    async with await MuxPeer.connect(server.ws_url) as editor:
+        doc = await editor.open("shallow", token)
+        await doc.send_update(nested_arrays(100))
+        await doc.wait_acked()
+        assert doc.statuses and all(doc.statuses)
+
+
+async def test_a_stored_armed_document_is_quarantined_not_loaded(tmp_path: Path) -> None:
+    # A document stored before the guard existed: 50,000 levels, written straight to SQLite.
+    async with SQLiteStore(tmp_path / "tether.db") as store:
+        await store.append("armed", nested_arrays(50_000))
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        token = server.token()
+        async with await MuxPeer.connect(server.ws_url) as editor:
+            doc = editor.doc("armed")
+            await editor.attach("armed", token)
+            await doc.wait(lambda: doc.denied is not None, what="a refusal")
+            assert doc.denied == "document quarantined"
+            fine = await editor.open("fine", token)
+            await fine.append("ok")
+            await fine.wait_acked()
+        response = await rest(server, "armed")
+        assert response.status_code == 409
+        assert "quarantined" in response.json()["error"]
+    async with SQLiteStore(tmp_path / "tether.db") as store:
+        assert len(await store.load("armed")) == 1, "the operator still has the bytes"
+
+
+async def test_an_update_with_missing_dependencies_is_not_acked_and_nothing_acked_is_lost(
+    tmp_path: Path,
+) -> None:
+    author = Doc()
+    text = author.get(TEXT, type=Text)
+    text += "hello "
+    first = author.get_update()
+    before = author.get_state()
+    text += "world"
+    second = author.get_update(before)
+    with ServerProcess(tmp_path, ai_provider="none", compact_threshold=2) as server:
+        token = server.token()
+        async with await MuxPeer.connect(server.ws_url) as peer:
+            doc = await peer.open("ooo", token)
+            await doc.send_update(second)  # its dependency has not arrived
+            await doc.wait_acked()
+            # [our opening step2's ack, this update's]
+            assert doc.statuses[:2] == [True, False], "an update it cannot integrate: no ack"
+            # The server asks us for what it lacks (our step2 answer is acked too).
+            await doc.wait(lambda: doc.sent_updates >= 3, what="the server's resync step1")
+            await doc.wait_acked()
+            await doc.send_update(first)
+            await doc.send_update(second)
+            await doc.wait_acked()
+            assert doc.statuses[-2:] == [True, True]
+            for _ in range(4):  # past the compaction threshold, several times
+                await doc.send_update(b"\x00\x00")
+            await doc.wait_acked()
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        assert (await rest(server, "ooo")).json()["text"] == "hello world"
+
+
+# ---- the update fuzzer ----------------------------------------------------------------------
+
+
+class Editors:
+    """Several pycrdt replicas editing one text at random; their updates are the fuzz input,
+    sent in arrival orders that shuffle, drop, duplicate and mutate them."""
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.docs = [Doc() for _ in range(3)]
+
+    def step(self) -> bytes:
+        doc = self.rng.choice(self.docs)
+        text = doc.get(TEXT, type=Text)
+        before = doc.get_state()
+        length = len(text)
+        if length and self.rng.random() < 0.3:
+            start = self.rng.randrange(length)
+            del text[start : min(length, start + self.rng.randint(1, 4))]
+        else:
+            text.insert(self.rng.randint(0, length), self.rng.choice(["a", "bc", "xyz ", "\n"]))
+        update = doc.get_update(before)
+        for other in self.docs:  # replicas sync sometimes, so origins cross clients
+            if other is not doc and self.rng.random() < 0.5:
+                other.apply_update(update)
+        return update
+
+    def mutate(self, update: bytes) -> bytes:
+        data = bytearray(update)
+        for _ in range(self.rng.randint(1, 3)):
+            data[self.rng.randrange(len(data))] = self.rng.randrange(256)
+        return bytes(data)
+
+
+@pytest.mark.parametrize("seed", [10, 11, 12])
+async def test_fuzzed_updates_leave_live_stored_and_reloaded_documents_equal(
+    tmp_path: Path, seed: int
+) -> None:
+    editors = Editors(seed)
+    updates = [editors.step() for _ in range(150)]
+    with ServerProcess(tmp_path, ai_provider="none", compact_threshold=7) as server:
+        token = server.token()
+        watcher_socket = await MuxPeer.connect(server.ws_url)
+        watcher = await watcher_socket.open("fuzz", token)
+        accepted = 0
+        sender: MuxPeer | None = None
+        for k, update in enumerate(updates):
+            roll = editors.rng.random()
+            frames = [update]
+            if roll < 0.15:
+                frames = [editors.mutate(update)]
+            elif roll < 0.25 and k + 1 < len(updates):
+                frames = [updates[k + 1], update]  # out of order
+            elif roll < 0.3:
+                frames = [update, update]  # duplicated
+            if sender is None or sender.closed:
+                sender = await MuxPeer.connect(server.ws_url)
+                await sender.open("fuzz", token)
+            doc = sender.doc("fuzz")
+            for frame in frames:
+                await doc.send_update(frame)
+            await doc.wait(
+                lambda d=doc, s=sender: len(d.statuses) >= d.sent_updates or s.closed,
+                what="acks, or the close of a refused sender",
+            )
+            accepted += sum(doc.statuses)
+        if sender is not None:
+            await sender.aclose()
+        assert accepted > 50, "the fuzzer must mostly send updates the server accepts"
+        # What a live editor sees equals what the server serves...
+        async with await MuxPeer.connect(server.ws_url) as late:
+            fresh = await late.open("fuzz", token)
+            await watcher.wait_text(str(fresh))
+            live = str(fresh)
+        response = await rest(server, "fuzz")
+        assert response.status_code == 200, response.text
+        assert response.json()["text"] == live
+        await watcher_socket.aclose()
+    # ... and what a restart rebuilds from the compacted store.
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        response = await rest(server, "fuzz")
+        assert response.status_code == 200, response.text
+        assert response.json()["text"] == live
