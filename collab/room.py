@@ -39,6 +39,7 @@ from .update_guard import (
     MissingDependencies,
     UpdateGuard,
     UpdateRefused,
+    check_origin_order,
 )
 
 log = logging.getLogger(__name__)
@@ -179,6 +180,7 @@ class Room:
         try:
             scan = scan_update(update)
             parents = self.guard.check(scan)
+            check_origin_order(self.doc, scan, self.guard)
         except MalformedUpdate as exc:
             self._refuse(peer, "malformed", str(exc))
             raise InvalidUpdate(str(exc)) from exc

@@ -135,6 +135,43 @@ async def test_an_update_with_missing_dependencies_is_not_acked_and_nothing_acke
         assert (await rest(server, "ooo")).json()["text"] == "hello world"
 
 
+def crafted_insert(origin: tuple[int, int], right: tuple[int, int], text: str) -> bytes:
+    """One string item by client 77 with the given origin and right origin (hand-written:
+    no Yjs client writes an inconsistent pair, so no library will)."""
+    out = write_var_uint(1) + write_var_uint(1) + write_var_uint(77) + write_var_uint(0)
+    out += bytes([0x80 | 0x40 | 4])
+    for part in (*origin, *right):
+        out += write_var_uint(part)
+    return out + write_var_string(text) + write_var_uint(0)
+
+
+async def test_an_item_whose_right_origin_is_left_of_its_origin_is_refused(
+    plain_server: ServerProcess,
+) -> None:
+    server = plain_server
+    token = server.token()
+    seed = Doc(client_id=1)
+    seed.get(TEXT, type=Text).insert(0, "hello world")
+    async with (
+        await MuxPeer.connect(server.ws_url) as author,
+        await MuxPeer.connect(server.ws_url) as attacker,
+    ):
+        doc = await author.open("diverge", token)
+        await doc.send_update(seed.get_update())
+        await doc.wait_acked()
+        hostile = await attacker.open("diverge", token)
+        # Live this lands after "h"; rebuilt from a snapshot, after "world": divergence.
+        await hostile.send_update(crafted_insert((1, 5), (1, 1), " big"))
+        assert await attacker.wait_closed() == 1002
+        # A consistent item (right origin right after its origin) is ordinary editing.
+        await doc.send_update(crafted_insert((1, 4), (1, 5), " big"))
+        await doc.wait_acked()
+        assert all(doc.statuses)
+    assert (await rest(server, "diverge")).json()["text"] == "hello big world"
+    metrics = await metrics_text(server)
+    assert metric_value(metrics, "tether_update_refusals_total", limit="inconsistent-origins") >= 1
+
+
 # ---- the update fuzzer ----------------------------------------------------------------------
 
 
