@@ -182,20 +182,20 @@ class Room:
             parents = self.guard.check(scan)
             check_origin_order(self.doc, scan, self.guard)
         except MalformedUpdate as exc:
-            self._refuse(peer, "malformed", str(exc))
+            self._refuse_update(peer, "malformed", str(exc))
             raise InvalidUpdate(str(exc)) from exc
         except MissingDependencies as exc:
             # Not hostile in itself (a relay may deliver out of order), so the connection stays;
             # nothing is applied or stored, the ack says so, and the sender is asked once for
             # everything we lack, which a Yjs client answers with one complete update.
-            self._refuse(peer, exc.limit, str(exc))
+            self._refuse_update(peer, exc.limit, str(exc))
             acks.push(done=True, applied=False)
             if peer not in self._resync_asked:
                 self._resync_asked.add(peer)
                 peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
             return
         except UpdateRefused as exc:
-            self._refuse(peer, exc.limit, str(exc))
+            self._refuse_update(peer, exc.limit, str(exc))
             raise InvalidUpdate(str(exc)) from exc
         apply_update(self.doc, update, origin=peer)
         self.guard.admit(scan, parents)
@@ -206,7 +206,7 @@ class Room:
         entry = acks.push(done=False, applied=False)
         self._persist(update, acks, entry, received=time.perf_counter())
 
-    def _refuse(self, peer: Peer, limit: str, reason: str) -> None:
+    def _refuse_update(self, peer: Peer, limit: str, reason: str) -> None:
         self._metrics.update_refusals.labels(limit).inc()
         key = (peer.peer_id, limit)
         if key not in self._refusals_logged:
