@@ -168,6 +168,11 @@ def _serve(args: argparse.Namespace) -> int:
         # CPU on the fan-out path for nothing.
         ws_per_message_deflate=False,
     )
+    # After uvicorn.Config, which configures uvicorn's loggers and handlers: tokens in request
+    # paths (the access log, WebSocket upgrade lines) never reach the log.
+    from .log_redaction import install as redact_tokens_in_logs
+
+    redact_tokens_in_logs()
     server = uvicorn.Server(config)
     logging.getLogger("tether").info(
         "tether serving on http://%s:%d (data in %s)",
