@@ -29,7 +29,7 @@ from protocol.ai import (
 from .accept import AI_ORIGIN, Acceptor
 from .cache import SuggestionCache
 from .context import ContextBuilder
-from .errors import AiError
+from .errors import AiError, Forbidden
 from .flights import Flights
 from .metrics import AiMetrics
 from .prefetcher import Prefetcher
@@ -109,6 +109,11 @@ class AiEngine:
             return
         try:
             if isinstance(message, Suggest):
+                if not peer.writable:
+                    # A suggestion is a proposed edit: a reader could never apply it, and the
+                    # model is the scarcest thing the server has. Readonly grants (often the
+                    # widely shared ones) get none of it.
+                    raise Forbidden("suggestions need read-write scope")
                 self.requests.start(room, peer, message)
             elif isinstance(message, Cancel):
                 self.flights.cancel(peer, message.id, "cancelled")

@@ -2,6 +2,8 @@
 
 AiError                        a suggestion request failed; ``code`` goes on the wire
 ├── Busy                       the scheduler's bounded queue is full: try again shortly
+├── QuotaExceeded              this connection (or token subject) has its share of the model
+                               queued or running already: wait for one of its own to finish
 ├── BadRequest                 the request cannot be served (position outside the document)
 ├── Forbidden                  the editor's scope does not allow it (accept needs write)
 └── ProviderError              the model provider failed
@@ -20,6 +22,10 @@ class AiError(Exception):
 
 class Busy(AiError):
     code = "busy"
+
+
+class QuotaExceeded(AiError):
+    code = "quota"
 
 
 class BadRequest(AiError):

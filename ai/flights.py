@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pycrdt import Text
 
+from collab.auth import OPEN_GRANT
 from protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
 
 from .cache import CacheQuery, SuggestionCache, embedding_text
@@ -40,6 +41,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_REMEMBERED = 16  # finished suggestions an editor can still accept
+
+
+def owner_of(peer: Peer) -> object:
+    """The scheduler's owner key of a peer's work: its connection. Every channel of one /ws
+    socket shares that socket's outbox, so the outbox stands for the connection."""
+    return peer.outbox
+
+
+def subject_of(peer: Peer) -> str | None:
+    """The scheduler's subject key: the token's ``sub``; None without tokens (--auth none
+    gives everyone the same anonymous grant, which must not be one shared quota)."""
+    return None if peer.grant is OPEN_GRANT else "sub:" + peer.grant.subject
 
 
 class Flights:
@@ -93,8 +106,12 @@ class Flights:
 
     # ---- running ----------------------------------------------------------------------------
 
-    def launch(self, flight: Flight, priority: int) -> None:
-        flight.job = self.scheduler.submit(lambda: self._fly(flight), priority)
+    def launch(self, flight: Flight, priority: int, peer: Peer) -> None:
+        """Queue ``flight`` on the model as ``peer``'s work (its connection's and its token
+        subject's share: see ``ai.scheduler``)."""
+        flight.job = self.scheduler.submit(
+            lambda: self._fly(flight), priority, owner=owner_of(peer), subject=subject_of(peer)
+        )
         self.metrics.queue_depth.set(self.scheduler.depth)
         state = self.room_state(flight.room)
         state.flights.add(flight)

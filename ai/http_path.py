@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 from protocol.ai import Suggest, SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
 
@@ -31,7 +31,11 @@ async def stream_http_suggestion(
     session: str,
     cold: bool,
     send: Callable[[str], None],
+    owner: Hashable = None,
+    subject: str | None = None,
 ) -> None:
+    """Stream one suggestion to ``send``; ``owner`` and ``subject`` are whose share of the
+    model it takes (see ``ai.scheduler``)."""
     requested_at = time.perf_counter()
     engine.metrics.requests.labels("http", "model").inc()
     try:
@@ -64,6 +68,8 @@ async def stream_http_suggestion(
                 path=path,
             ),
             INTERACTIVE,
+            owner=owner,
+            subject=subject,
         )
         result, ttft = await job  # type: ignore[misc]
     except AiError as exc:

@@ -128,7 +128,7 @@ class Prefetcher:
             prefetch_for=peer.peer_id,
         )
         try:
-            flights.launch(flight, PREFETCH)
+            flights.launch(flight, PREFETCH, peer)
         except Busy:
             flights.prefetch_counts["skipped"] += 1
             return

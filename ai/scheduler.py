@@ -1,40 +1,76 @@
-"""One model worker in front of the provider: interactive requests before prefetch, a bounded
-queue that answers ``Busy`` at once instead of timing out, cancelled jobs dropped unrun.
+"""One model worker in front of the provider, shared fairly: interactive requests before
+prefetch, round-robin between connections, a quota of jobs per connection and per grant
+subject, a bounded queue that answers ``Busy`` at once instead of timing out, cancelled jobs
+dropped unrun.
 
-Knows nothing of documents or sockets; a job is a coroutine factory.
+Fairness, because the model is the server's scarcest resource and one client must not be able
+to take it from everyone else (issue 10, item 8):
+
+- each job has an *owner* (the connection that asked) and optionally a *subject* (the grant's
+  ``sub``; ``None`` where there is no identity, e.g. ``--auth none``);
+- an owner may have at most ``per_owner`` interactive jobs queued or running, a subject at most
+  ``per_subject`` (across its connections); one more is ``QuotaExceeded`` at once;
+- the worker takes the next job round-robin by owner (within a priority), not first-come;
+- when the shared queue is full, a newcomer displaces the newest queued job of the owner with
+  the most queued jobs, if that owner has at least two more than the newcomer: nobody is told
+  ``busy`` because of one client's backlog while that client has more than its share.
+
+Knows nothing of documents or sockets; a job is a coroutine factory and owners are opaque
+hashable keys.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
-import heapq
-import itertools
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Busy
+from .errors import Busy, QuotaExceeded
 
 INTERACTIVE = 0
 PREFETCH = 1
+_PRIORITIES = (INTERACTIVE, PREFETCH)
+
+# Called with the limit's name when a request is refused for a quota (metrics, logging).
+RefusalListener = Callable[[str, Hashable], None]
 
 
-@dataclass(order=True)
+@dataclass(eq=False)
 class _Job:
     priority: int
-    seq: int
-    run: Callable[[], Awaitable[Any]] = field(compare=False)
-    done: asyncio.Future[Any] = field(compare=False)
+    owner: Hashable
+    subject: Hashable | None
+    run: Callable[[], Awaitable[Any]] = field(repr=False)
+    done: asyncio.Future[Any] = field(repr=False)
+
+    @property
+    def live(self) -> bool:
+        return not self.done.done()
 
 
 class Scheduler:
-    """``async with Scheduler(max_queue=8) as s: result = await s.submit(job)``."""
+    """``async with Scheduler(max_queue=8) as s: result = await s.submit(job, owner=conn)``."""
 
-    def __init__(self, max_queue: int = 8) -> None:
+    def __init__(
+        self,
+        max_queue: int = 8,
+        *,
+        per_owner: int = 0,
+        per_subject: int = 0,
+        on_refusal: RefusalListener | None = None,
+    ) -> None:
         self.max_queue = max_queue
-        self._heap: list[_Job] = []
-        self._seq = itertools.count()
+        self.per_owner = per_owner  # 0: no quota
+        self.per_subject = per_subject
+        self._on_refusal = on_refusal
+        # priority -> owner -> that owner's queued jobs, oldest first. A dict keeps insertion
+        # order: the first owner is the next to be served, and is moved to the back after.
+        self._queues: dict[int, dict[Hashable, collections.deque[_Job]]] = {
+            p: {} for p in _PRIORITIES
+        }
         self._wake = asyncio.Event()
         self._worker: asyncio.Task[None] | None = None
         self.running: _Job | None = None
@@ -48,73 +84,160 @@ class Scheduler:
             self._worker.cancel()
             with contextlib.suppress(BaseException):
                 await self._worker
-        for job in self._heap:
+        for job in self._queued():
             job.done.cancel()
-        self._heap.clear()
+        for queue in self._queues.values():
+            queue.clear()
+
+    def _queued(self) -> list[_Job]:
+        return [job for queue in self._queues.values() for jobs in queue.values() for job in jobs]
 
     @property
     def depth(self) -> int:
-        return len(self._heap) + (self.running is not None)
+        return len(self._queued()) + (self.running is not None)
 
     def submit(
-        self, run: Callable[[], Awaitable[Any]], priority: int = INTERACTIVE
+        self,
+        run: Callable[[], Awaitable[Any]],
+        priority: int = INTERACTIVE,
+        *,
+        owner: Hashable = None,
+        subject: Hashable | None = None,
     ) -> asyncio.Future[Any]:
-        """Queue a job; its future resolves with the job's result. Raises Busy when full.
+        """Queue a job; its future resolves with the job's result. Raises ``QuotaExceeded``
+        when ``owner`` or ``subject`` has its share in already, ``Busy`` when the queue is full.
 
         Cancelling the returned future cancels the job, queued or running."""
-        waiting = [j for j in self._heap if not j.done.cancelled()]
+        if priority == INTERACTIVE:
+            self._check_quota(owner, subject)
+        waiting = [job for job in self._queued() if job.live]
         if len(waiting) >= self.max_queue:
-            if priority == PREFETCH or not self._evict_prefetch():
+            if priority == PREFETCH or not (
+                self._evict_prefetch() or self._displace_for(owner, waiting)
+            ):
                 raise Busy("the model is busy; try again shortly")
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._heap, _Job(priority, next(self._seq), run, done))
+        self._enqueue(_Job(priority, owner, subject, run, done))
         running = self.running
         if priority == INTERACTIVE and running is not None and running.priority == PREFETCH:
             running.done.cancel()  # speculative work gives the model up at once
         self._wake.set()
         return done
 
+    def _check_quota(self, owner: Hashable, subject: Hashable | None) -> None:
+        active = [job for job in self._queued() if job.live and job.priority == INTERACTIVE]
+        running = self.running
+        if running is not None and running.live and running.priority == INTERACTIVE:
+            active.append(running)
+        if self.per_owner and sum(j.owner == owner for j in active) >= self.per_owner:
+            self._refused("ai_queue_per_connection", owner)
+            raise QuotaExceeded(
+                f"this connection already has {self.per_owner} suggestions queued or running"
+                " (--ai-queue-per-connection); wait for one to finish"
+            )
+        if (
+            self.per_subject
+            and subject is not None
+            and sum(j.subject == subject for j in active) >= self.per_subject
+        ):
+            self._refused("ai_queue_per_subject", owner)
+            raise QuotaExceeded(
+                f"this token's subject already has {self.per_subject} suggestions queued or"
+                " running (--ai-queue-per-subject); wait for one to finish"
+            )
+
+    def _refused(self, limit: str, owner: Hashable) -> None:
+        if self._on_refusal is not None:
+            self._on_refusal(limit, owner)
+
+    def _enqueue(self, job: _Job) -> None:
+        queue = self._queues[job.priority]
+        jobs = queue.get(job.owner)
+        if jobs is None:
+            jobs = queue[job.owner] = collections.deque()
+        jobs.append(job)
+
     def promote(self, done: asyncio.Future[Any]) -> None:
         """Someone now waits for this job: it becomes interactive (and is never preempted)."""
         if self.running is not None and self.running.done is done:
             self.running.priority = INTERACTIVE
             return
-        for job in self._heap:
-            if job.done is done:
+        for job in self._queued():
+            if job.done is done and job.priority == PREFETCH:
+                self._remove(job)
                 job.priority = INTERACTIVE
-                heapq.heapify(self._heap)
+                self._enqueue(job)
                 return
 
     @property
     def idle(self) -> bool:
-        return self.running is None and not any(not j.done.done() for j in self._heap)
+        return self.running is None and not any(job.live for job in self._queued())
+
+    def _remove(self, job: _Job) -> None:
+        queue = self._queues[job.priority]
+        jobs = queue.get(job.owner)
+        if jobs is None:
+            return
+        with contextlib.suppress(ValueError):
+            jobs.remove(job)
+        if not jobs:
+            del queue[job.owner]
 
     def _evict_prefetch(self) -> bool:
         """Interactive work displaces queued prefetch rather than being refused."""
-        for job in self._heap:
-            if job.priority == PREFETCH and not job.done.done():
+        for job in self._queued():
+            if job.priority == PREFETCH and job.live:
                 job.done.cancel()
-                self._heap.remove(job)
-                heapq.heapify(self._heap)
+                self._remove(job)
                 return True
         return False
 
+    def _displace_for(self, owner: Hashable, waiting: list[_Job]) -> bool:
+        """The queue is full: refuse (``busy``) the newest queued job of the owner holding the
+        most, if it holds at least two more than ``owner`` does, so that ``owner`` gets in."""
+        counts = collections.Counter(job.owner for job in waiting)
+        heaviest, most = counts.most_common(1)[0]
+        if heaviest == owner or most < counts.get(owner, 0) + 2:
+            return False
+        victim = next(job for job in reversed(waiting) if job.owner == heaviest)
+        self._remove(victim)
+        victim.done.set_exception(Busy("the model is busy; try again shortly"))
+        return True
+
+    def _next(self) -> _Job | None:
+        """Round-robin by owner within the highest priority that has live work."""
+        for priority in _PRIORITIES:
+            queue = self._queues[priority]
+            while queue:
+                owner = next(iter(queue))
+                jobs = queue.pop(owner)
+                job = jobs.popleft()
+                if jobs:
+                    queue[owner] = jobs  # to the back of the round
+                if job.live:
+                    return job
+        return None
+
     async def _work(self) -> None:
         while True:
-            while not self._heap:
+            job = self._next()
+            while job is None:
                 self._wake.clear()
                 await self._wake.wait()
-            job = heapq.heappop(self._heap)
-            if job.done.done():
-                continue  # cancelled while queued: never runs
+                job = self._next()
             self.running = job
             task = asyncio.ensure_future(job.run())
             job.done.add_done_callback(lambda f, t=task: t.cancel() if f.cancelled() else None)
             try:
                 result = await asyncio.shield(task)
             except asyncio.CancelledError:
-                if not task.done():
-                    raise  # the worker itself is being cancelled
+                worker = asyncio.current_task()
+                if worker is not None and worker.cancelling():
+                    # The worker itself is being cancelled (even when the job had just
+                    # finished: checking only the job's task swallowed that cancellation and
+                    # left the worker waiting forever).
+                    task.cancel()
+                    raise
                 with contextlib.suppress(BaseException):
                     await task
                 if not job.done.done():

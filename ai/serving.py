@@ -169,7 +169,9 @@ class RequestServer:
         # (its slot in the queue is freed first).
         self.flights.claim(suggestion)
         try:
-            self.flights.launch(flight, INTERACTIVE)  # raises Busy at once when the queue is full
+            # Raises at once when the queue is full (Busy) or the editor's connection or token
+            # subject has its share in already (QuotaExceeded).
+            self.flights.launch(flight, INTERACTIVE, peer)
         except AiError:
             suggestion.finished = True
             raise

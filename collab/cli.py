@@ -45,6 +45,8 @@ _HELP = {
     "ai_prefetch_ms": "compute the suggestion at an editor's cursor after this pause (0: off)",
     "ai_prefetch_budget": "share of model time prefetch may use (over 10 s)",
     "ai_queue_limit": "suggestion jobs queued before answering 'busy'",
+    "ai_queue_per_connection": "suggestions one connection may have queued or running (0: any)",
+    "ai_queue_per_subject": "suggestions one token subject may have queued or running (0: any)",
     "ai_coalesce_ms": "streamed text is sent at most once per this many ms after the first",
     "ai_timeout": "seconds a suggestion may take before it fails",
     "ai_stall_timeout": "seconds without a token after which the model worker counts as hung",
@@ -167,6 +169,11 @@ def _serve(args: argparse.Namespace) -> int:
         # CPU on the fan-out path for nothing.
         ws_per_message_deflate=False,
     )
+    # After uvicorn.Config, which configures uvicorn's loggers and handlers: tokens in request
+    # paths (the access log, WebSocket upgrade lines) never reach the log.
+    from .log_redaction import install as redact_tokens_in_logs
+
+    redact_tokens_in_logs()
     server = uvicorn.Server(config)
     logging.getLogger("tether").info(
         "tether serving on http://%s:%d (data in %s)",

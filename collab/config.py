@@ -59,6 +59,10 @@ class Settings:
     ai_prefetch_ms: float = 200.0
     ai_prefetch_budget: float = 0.5
     ai_queue_limit: int = 8
+    # Fair shares of the model: suggestions one connection, and one token subject across its
+    # connections, may have queued or running at once (0: no quota). One editor needs one.
+    ai_queue_per_connection: int = 2
+    ai_queue_per_subject: int = 4
     ai_coalesce_ms: float = 50.0
     ai_timeout: float = 60.0
     # The model worker (a separate process holding llama.cpp and torch): a generation with no
@@ -107,6 +111,8 @@ class Settings:
             raise ValueError("ai_stall_timeout must be positive and ai_crash_limit at least 1")
         if not 1 <= self.max_nesting_depth <= 10_000:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
+        if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
+            raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 

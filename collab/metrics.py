@@ -55,5 +55,12 @@ class Metrics:
             "tether_auth_failures_total", "Refused document opens", ["reason"], registry=r
         )
 
+        self.limit_refusals = Counter(
+            "tether_limit_refusals_total",
+            "Requests refused by a configured limit",
+            ["limit"],
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -223,6 +223,12 @@ def create_app(
             authenticator.check(grant, document)
         except AuthError as exc:
             return JSONResponse({"error": str(exc)}, status_code=403)
+        if not grant.writable:  # as on the socket: a reader could never apply a suggestion
+            return JSONResponse({"error": "suggestions need read-write scope"}, status_code=403)
+        # Whose share of the model this takes: the client's address stands for a connection
+        # (each HTTP request is one), the token's subject for the caller behind it.
+        owner = ("http", request.client.host if request.client else "")
+        subject = None if settings.auth == "none" else "sub:" + grant.subject
         if uploaded is None:
             async with holder["ctx"].rooms.visit(document) as room:
                 text = str(room.doc.get(TEXT_NAME, type=Text))
@@ -231,7 +237,8 @@ def create_app(
         else:
             text, session, cold = uploaded, "http-baseline", True
         return StreamingResponse(
-            _sse(engine, suggestion, text, session, cold), media_type="text/event-stream"
+            _sse(engine, suggestion, text, session, cold, owner, subject),
+            media_type="text/event-stream",
         )
 
     async def index(request: Request) -> Response:
@@ -302,7 +309,14 @@ async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metric
         log.info("AI suggestions are off (--ai-provider none)")
         return None
     await stack.enter_async_context(provider)
-    scheduler = await stack.enter_async_context(Scheduler(settings.ai_queue_limit))
+    scheduler = await stack.enter_async_context(
+        Scheduler(
+            settings.ai_queue_limit,
+            per_owner=settings.ai_queue_per_connection,
+            per_subject=settings.ai_queue_per_subject,
+            on_refusal=_RefusalLog(metrics).refused,
+        )
+    )
     embedder, embed_worker = build_embedder(settings, provider)
     if embed_worker is not None:
         await stack.enter_async_context(embed_worker)
@@ -311,6 +325,27 @@ async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metric
     stack.callback(engine.close)
     log.info("AI suggestions from the %r provider", provider.name)
     return engine
+
+
+class _RefusalLog:
+    """Counts AI quota refusals in /metrics and logs them once per connection (a bounded set
+    of keys: a flood of refusals costs no log lines and no memory)."""
+
+    _MAX_KEYS = 1024
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+        self._seen: set[int] = set()
+
+    def refused(self, limit: str, owner: object) -> None:
+        self._metrics.limit_refusals.labels(limit).inc()
+        key = id(owner)
+        if key in self._seen:
+            return
+        if len(self._seen) >= self._MAX_KEYS:
+            self._seen.clear()
+        self._seen.add(key)
+        log.warning("a connection reached its AI quota (%s); further refusals not logged", limit)
 
 
 def _origin_refusal(scope: Scope, origins: OriginPolicy) -> str | None:
@@ -348,7 +383,13 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 async def _sse(
-    engine: Any, suggestion: Suggest, text: str, session: str, cold: bool
+    engine: Any,
+    suggestion: Suggest,
+    text: str,
+    session: str,
+    cold: bool,
+    owner: object,
+    subject: str | None,
 ) -> AsyncIterator[str]:
     """The suggestion's messages as SSE ``data:`` lines; a client that leaves cancels it."""
     from ai.http_path import stream_http_suggestion
@@ -356,7 +397,14 @@ async def _sse(
     messages: asyncio.Queue[str | None] = asyncio.Queue()
     task = asyncio.ensure_future(
         stream_http_suggestion(
-            engine, suggestion, text=text, session=session, cold=cold, send=messages.put_nowait
+            engine,
+            suggestion,
+            text=text,
+            session=session,
+            cold=cold,
+            send=messages.put_nowait,
+            owner=owner,
+            subject=subject,
         )
     )
     task.add_done_callback(lambda _t: messages.put_nowait(None))

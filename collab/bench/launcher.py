@@ -60,9 +60,14 @@ class ServerProcess:
         return f"ws://127.0.0.1:{self.port}/yjs"
 
     def token(
-        self, docs: list[str] | None = None, *, scope: str = "read-write", ttl: float = 3600.0
+        self,
+        docs: list[str] | None = None,
+        *,
+        scope: str = "read-write",
+        ttl: float = 3600.0,
+        subject: str = "user",
     ) -> str:
-        return make_token(self.secret, docs or ["*"], scope=scope, ttl=ttl)
+        return make_token(self.secret, docs or ["*"], scope=scope, ttl=ttl, subject=subject)
 
     def wait_embedder(self, timeout: float = 180.0) -> None:
         """Wait until the semantic layer's model has loaded (in the background after start)."""

@@ -2,7 +2,7 @@
 
 The local-model tests run SmolLM2 through llama.cpp with a short ``max_tokens`` on one
 module-scoped server (the model loads once); the mechanics (supersede, cancel, busy, stale-context
-cancellation, readonly accept, bad payloads, provider failure, coalescing) run on the scripted
+cancellation, readonly refusals, bad payloads, provider failure, coalescing) run on the scripted
 provider, whose ``delay`` keeps a stream open long enough to act on it. Every wait is on a message
 or an ack, bounded by ``anyio.fail_after``; nothing sleeps for synchronisation.
 """
@@ -497,7 +497,7 @@ async def test_edit_before_the_cursor_cancels_an_edit_elsewhere_does_not(
     assert a.text_of("kept") == "".join(PIECES)
 
 
-async def test_readonly_editor_gets_suggestions_but_cannot_accept(
+async def test_readonly_editor_may_neither_ask_nor_accept(
     scripted: ServerProcess,
 ) -> None:
     name = doc_name("readonly")
@@ -505,17 +505,19 @@ async def test_readonly_editor_gets_suggestions_but_cannot_accept(
     with anyio.fail_after(10):
         async with editor(scripted, name) as w:
             await seeded(w, original)
+            w.suggest("w1", utf16_len(original))  # the writer's own, for the reader to name
+            await w.finished("w1")
             async with editor(scripted, name, scope="readonly") as r:
                 assert r.doc.scope == "readonly"
                 r.suggest("ro", utf16_len(original))
-                end = await r.finished("ro")
-                assert end["type"] == "suggestion.end" and end["reason"] == "done", end
-                assert r.text_of("ro") == "".join(PIECES)
-                r.send(type="accept", id="ro")
-                error = await r.error("ro")
-                # The writer's own edit after the refusal arrives: nothing came before it.
+                refused = await r.error("ro")
+                r.send(type="accept", id="w1")
+                error = await r.error("w1")
+                # The writer's own edit after the refusals arrives: nothing came before it.
                 await w.edit_acked(lambda d: d.append("!"))
                 await r.doc.wait_text(original + "!")
+    assert refused["code"] == "forbidden" and "read-write" in refused["message"], refused
+    assert r.of("ro") == [refused]  # no start, no stream: the model was never asked
     assert error["code"] == "forbidden"
     assert await rest_text(scripted, name) == original + "!"
 
