@@ -148,6 +148,13 @@ class _Resolver:
             clocks, positions = self.index.setdefault(item.client, ([], []))
             clocks.append(item.clock)
             positions.append(position)
+        # client → (starts, ends) of this update's GC/Skip ranges: a lookup bisects, so an update
+        # of many ranges and many references costs n log n, not n * m on the event loop.
+        self.gaps: dict[int, tuple[list[int], list[int]]] = {}
+        for gap in sorted(scan.ranges, key=lambda g: (g.client, g.clock)):
+            starts, ends = self.gaps.setdefault(gap.client, ([], []))
+            starts.append(gap.clock)
+            ends.append(gap.clock + gap.length)
 
     def resolve_all(self) -> dict[int, Parent]:
         for position in range(len(self.scan.items)):
@@ -197,8 +204,10 @@ class _Resolver:
                 item = self.scan.items[positions[at]]
                 if ident[1] < item.clock + item.length:
                     return positions[at]
-        for gap in self.scan.ranges:
-            if gap.client == ident[0] and gap.clock <= ident[1] < gap.clock + gap.length:
+        gaps = self.gaps.get(ident[0])
+        if gaps is not None:
+            at = bisect.bisect_right(gaps[0], ident[1]) - 1
+            if at >= 0 and ident[1] < gaps[1][at]:
                 return None  # garbage-collected: parent unknown
         raise MissingDependencies(
             f"update refused: it builds on {ident[0]}:{ident[1]}, which this document lacks"
