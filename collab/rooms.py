@@ -17,6 +17,8 @@ from pycrdt import Doc
 
 from .hooks import Hooks
 from .metrics import Metrics
+from .presence import PresenceLimits
+from .presence_claims import ClaimRegistry
 from .room import InvalidUpdate, Room, apply_update
 from .storage import Store
 
@@ -34,8 +36,13 @@ class RoomManager:
         metrics: Metrics,
         unload_grace: float,
         compact_threshold: int,
+        presence_limits: PresenceLimits | None = None,
+        claims: ClaimRegistry | None = None,
     ) -> None:
         self._store = store
+        self._presence_limits = presence_limits
+        # One registry for all documents: a binding must outlive its document's unload.
+        self._claims = claims or ClaimRegistry(3600.0, 65536, 256)
         self._hooks = hooks
         self._metrics = metrics
         self._unload_grace = unload_grace
@@ -107,6 +114,8 @@ class RoomManager:
             metrics=self._metrics,
             compact_threshold=self._compact_threshold,
             log_entries=max(len(updates) - 1, 0),
+            presence_limits=self._presence_limits,
+            claims=self._claims,
         )
         room.on_empty = self._schedule_unload
         self._rooms[name] = room
