@@ -8,12 +8,16 @@ nothing), bytes per entry, bytes of the whole document, which is what every join
 entry over a bound is dropped (not broadcast, not stored) and counted; the rest of its frame goes
 on.
 
-Ownership: a client id belongs to the connection that shows it. Another connection may take it
-over only under the same token subject (the same person's reconnecting provider, whose old socket
-may still look alive); a different subject is refused. When the owner leaves, ``ClaimRegistry``
-keeps the id bound to its subject for ``presence_claim_ttl`` seconds, so nobody else can claim an
-offline editor's id before it returns. With ``--auth none`` every connection is the subject
-"anonymous": any connection may take over any id, as anyone may edit anything.
+Ownership: a client id belongs to the connection that shows it, and only that connection removes
+it (or its leaving does). Another connection may take it over only under the same token subject
+and with a higher awareness clock: that is the same person's reconnecting provider, whose old
+socket may still look alive. A lower or equal clock is an echo (Hocuspocus providers re-send
+other clients' states, y-websocket answers QueryAwareness with everyone's) and is dropped quietly;
+y-protocols clients ignore such clocks too. A different subject is refused. When the owner
+leaves, ``ClaimRegistry`` keeps the id bound to its subject, at the clock it left with, for
+``presence_claim_ttl`` seconds: nobody else can claim an offline editor's id, and a late echo
+cannot bring it back. With ``--auth none`` every connection is the subject "anonymous": any
+connection may take any id over by raising its clock, as anyone may edit anything.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from .metrics import Metrics
 from .outbox import Outbox
 from .peer import Peer
 from .presence_claims import ClaimRegistry, digest
+
+_ALLOWED, _ECHO, _REFUSED = object(), object(), object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +96,13 @@ class Presence:
         for client_id in list(peer.awareness_ids):
             entry = self.entries.get(client_id)
             self._drop(client_id)
-            # The id stays its subject's for the TTL, counted from now.
-            self._claims.bind(self._key, client_id, subject, now)
-            if entry is not None:
-                # Capped: a hostile clock of 2**53 - 1 must not break everyone's disconnect.
-                clock = min(entry.clock + 1, MAX_SAFE_INTEGER)
-                gone.append(AwarenessEntry(client_id, clock, "null"))
+            if entry is None:
+                continue
+            # Capped: a hostile clock of 2**53 - 1 must not break everyone's disconnect.
+            clock = min(entry.clock + 1, MAX_SAFE_INTEGER)
+            gone.append(AwarenessEntry(client_id, clock, "null"))
+            # The id stays its subject's for the TTL, counted from now, at the clock it left with.
+            self._claims.bind(self._key, client_id, subject, clock, now)
         peer.awareness_ids.clear()
         return _body(gone) if gone else None
 
@@ -103,12 +110,16 @@ class Presence:
         client_id = entry.client_id
         owner = self._owner.get(client_id)
         subject = digest(peer.grant.subject)
-        if owner is not peer and not self._may_claim(peer, owner, subject, client_id, now):
-            return self._refuse(peer, "presence_owner", f"client id {client_id} is not its own")
+        if owner is not peer:
+            verdict = self._claim(peer, owner, subject, entry, now)
+            if verdict is _ECHO:
+                return False
+            if verdict is _REFUSED:
+                return self._refuse(peer, "presence_owner", f"client id {client_id} is not its own")
         if entry.removed:
-            if owner is not None:
+            if owner is peer:
                 self._drop(client_id)
-                self._claims.bind(self._key, client_id, subject, now)
+                self._claims.bind(self._key, client_id, subject, entry.clock, now)
             return True
         if entry.state == OVERSIZE_STATE:
             return self._refuse(peer, "awareness_entry_bytes", "presence state too large")
@@ -127,16 +138,27 @@ class Presence:
         if owner is not None:
             self._drop(client_id)  # an update of our own, or a takeover by the same subject
         self._add(peer, entry, size)
-        self._claims.bind(self._key, client_id, subject, now)
+        self._claims.bind(self._key, client_id, subject, entry.clock, now)
         return True
 
-    def _may_claim(
-        self, peer: Peer, owner: Peer | None, subject: bytes, client_id: int, now: float
-    ) -> bool:
+    def _claim(
+        self, peer: Peer, owner: Peer | None, subject: bytes, entry: AwarenessEntry, now: float
+    ) -> object:
+        """May ``peer`` speak for an id it does not own: _ALLOWED, _ECHO (dropped quietly) or
+        _REFUSED (dropped, counted, logged)."""
         if owner is not None:
-            return owner.grant.subject == peer.grant.subject
-        holder = self._claims.holder(self._key, client_id, now)
-        return holder is None or holder == subject
+            if owner.grant.subject != peer.grant.subject:
+                return _REFUSED
+            if entry.removed or entry.clock <= self.entries[entry.client_id].clock:
+                return _ECHO  # only the owner removes; a clock not above its own is a copy
+            return _ALLOWED
+        held = self._claims.holder(self._key, entry.client_id, now)
+        if held is None:
+            return _ALLOWED
+        holder, clock = held
+        if holder != subject:
+            return _REFUSED
+        return _ALLOWED if entry.clock > clock else _ECHO
 
     def _add(self, peer: Peer, entry: AwarenessEntry, size: int) -> None:
         client_id = entry.client_id

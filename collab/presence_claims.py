@@ -30,30 +30,32 @@ class ClaimRegistry:
         self._ttl = ttl
         self._max_claims = max(1, max_claims)
         self._max_per_subject = max(1, max_per_subject)
-        # key → (subject digest, expiry); oldest binding first.
-        self._claims: collections.OrderedDict[Key, tuple[bytes, float]] = collections.OrderedDict()
+        # key → (subject digest, last clock, expiry); oldest binding first.
+        self._claims: collections.OrderedDict[Key, tuple[bytes, int, float]] = (
+            collections.OrderedDict()
+        )
         self._by_subject: dict[bytes, collections.OrderedDict[Key, None]] = {}
 
     def __len__(self) -> int:
         return len(self._claims)
 
-    def holder(self, document: bytes, client_id: int, now: float) -> bytes | None:
-        """The subject digest bound to this id of this document, if the binding is current."""
+    def holder(self, document: bytes, client_id: int, now: float) -> tuple[bytes, int] | None:
+        """(subject digest, last awareness clock) bound to this id, if the binding is current."""
         key = (document, client_id)
         claim = self._claims.get(key)
         if claim is None:
             return None
-        if claim[1] <= now:
+        if claim[2] <= now:
             self._forget(key)
             return None
-        return claim[0]
+        return claim[0], claim[1]
 
-    def bind(self, document: bytes, client_id: int, subject: bytes, now: float) -> None:
-        """Bind (or re-bind, refreshing its expiry) this id to ``subject``."""
+    def bind(self, document: bytes, client_id: int, subject: bytes, clock: int, now: float) -> None:
+        """Bind (or re-bind, refreshing its expiry) this id to ``subject`` at ``clock``."""
         key = (document, client_id)
         if key in self._claims:
             self._forget(key)
-        self._claims[key] = (subject, now + self._ttl)
+        self._claims[key] = (subject, clock, now + self._ttl)
         mine = self._by_subject.setdefault(subject, collections.OrderedDict())
         mine[key] = None
         while len(mine) > self._max_per_subject:
@@ -62,7 +64,7 @@ class ClaimRegistry:
             self._forget(next(iter(self._claims)))
 
     def _forget(self, key: Key) -> None:
-        subject, _ = self._claims.pop(key)
+        subject, _, _ = self._claims.pop(key)
         mine = self._by_subject.get(subject)
         if mine is not None:
             mine.pop(key, None)

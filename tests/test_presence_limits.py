@@ -182,7 +182,9 @@ async def test_another_subject_cannot_claim_an_offline_editors_id_and_the_editor
                 back = await MuxPeer.connect(srv.ws_url)
                 async with back:
                     await back.open(name, alice)
-                    await back.send_awareness(name, entries((victim_id, 2, state("alice back"))))
+                    # Its clock must pass the one it left with (the server's null had 2), as
+                    # y-protocols clients require too; a provider's renewal does that.
+                    await back.send_awareness(name, entries((victim_id, 3, state("alice back"))))
                     await w.wait(lambda: victim_id in w.awareness, what="the victim's return")
                     assert json.loads(w.awareness[victim_id])["user"] == "alice back"
     assert await refusals(srv, "presence_owner") >= 1

@@ -187,6 +187,26 @@ async def test_the_same_subject_on_a_new_connection_takes_its_presence_over() ->
         assert room.awareness[1].state == '{"v":2}'
 
 
+async def test_an_echo_of_anothers_presence_by_the_same_subject_does_not_take_it_over() -> None:
+    """Hocuspocus providers re-send the states they received (same clock): the owner keeps the
+    id, and its leaving still removes it."""
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        owner, echoer = Capture(), Capture()
+        p_owner, p_echo = make_peer(owner, grant=ALICE), make_peer(echoer, grant=ALICE)
+        room.attach(p_owner)
+        room.attach(p_echo)
+        room.handle_awareness(p_owner, encode_awareness([AwarenessEntry(1, 5, '{"v":1}')]))
+        room.handle_awareness(p_echo, encode_awareness([AwarenessEntry(1, 5, '{"v":1}')]))
+        room.handle_awareness(p_echo, encode_awareness([AwarenessEntry(1, 6, "null")]))
+        assert room.awareness[1].state == '{"v":1}'
+        room.detach(p_owner)
+        assert 1 not in room.awareness
+        # A late echo after it left does not bring it back either.
+        room.handle_awareness(p_echo, encode_awareness([AwarenessEntry(1, 5, '{"v":1}')]))
+        assert 1 not in room.awareness
+
+
 async def test_compaction_folds_the_log_once_it_passes_the_threshold_and_keeps_content() -> None:
     async with MemoryStore() as store:
         room = await make_room(store, threshold=5)
