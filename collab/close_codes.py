@@ -10,6 +10,7 @@ from protocol.errors import (
     DecodeError,
     FrameTooLarge,
     ProtocolError,
+    QueueBudgetExhausted,
     QueueOverflow,
     SessionViolation,
     UnknownMessageType,
@@ -38,6 +39,8 @@ def close_for(exc: BaseException) -> tuple[int, str]:
     """(code, reason) for an error that ends one connection."""
     if isinstance(exc, FrameTooLarge):
         return MESSAGE_TOO_BIG, "frame too large"
+    if isinstance(exc, QueueBudgetExhausted):
+        return TRY_AGAIN_LATER, "server busy: too many messages waiting for authentication"
     if isinstance(exc, QueueOverflow):
         return POLICY_VIOLATION, "too many messages before authentication"
     if isinstance(exc, SessionViolation):
@@ -49,7 +52,7 @@ def close_for(exc: BaseException) -> tuple[int, str]:
     if isinstance(exc, InvalidUpdate):
         return PROTOCOL_ERROR, _clip(f"invalid update: {exc}")
     if isinstance(exc, SlowConsumer):
-        return TRY_AGAIN_LATER, "slow consumer: send queue overflowed"
+        return TRY_AGAIN_LATER, _clip(f"slow consumer: {exc or 'send queue overflowed'}")
     return INTERNAL_ERROR, "internal error"
 
 

@@ -29,10 +29,31 @@ class Settings:
     max_frame_bytes: int = 16 * 1024 * 1024
     max_documents_per_connection: int = 64
     max_queued_before_auth: int = 256
+    # Bytes a connection may have waiting for its tokens, and all connections together: a
+    # provider sends Token first and we verify at once, so only a few small frames ever wait.
+    max_queued_bytes_before_auth: int = 512 * 1024
+    max_queued_bytes_before_auth_total: int = 64 * 1024 * 1024
+    # Open sockets per client address (loopback included; behind a proxy, the proxy's address
+    # unless it sends X-Forwarded-For). 0: no limit.
+    max_connections_per_address: int = 64
+    # The part after NUL in a sessionAwareness channel ("doc\0<uuid>"); it prefixes every frame.
+    max_session_id_bytes: int = 128
     auth_timeout: float = 10.0
     idle_timeout: float = 45.0
     ping_interval: float = 15.0
     send_queue_frames: int = 2048
+    # The send queue's bound in bytes (one frame larger than it is still sent when alone).
+    send_queue_bytes: int = 8 * 1024 * 1024
+    # Presence (awareness): per connection and document, and per document in all.
+    awareness_ids_per_peer: int = 8
+    awareness_entry_bytes: int = 16 * 1024
+    awareness_peer_bytes: int = 64 * 1024
+    awareness_document_bytes: int = 4 * 1024 * 1024
+    # An awareness client id stays bound to the token subject that showed it, this long after
+    # its connection left: another subject cannot claim it meanwhile (see collab.presence).
+    presence_claim_ttl: float = 3600.0
+    presence_claims: int = 65536
+    presence_claims_per_subject: int = 256
     unload_grace: float = 5.0
     compact_threshold: int = 500
     # Shared types nested deeper than this are refused before they are applied or stored (yrs

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
+
+from protocol.session import QueueBudget
 
 from .auth import Authenticator
 from .config import Settings
@@ -34,6 +36,8 @@ class ServerContext:
     hooks: Hooks
     metrics: Metrics
     store: Store
+    # Shared by every /ws connection: bytes waiting for authentication, all sockets together.
+    preauth_budget: QueueBudget = field(default_factory=lambda: QueueBudget(64 * 1024 * 1024))
 
 
 MAX_DOCUMENT_NAME = 512

@@ -17,7 +17,7 @@ from protocol.errors import ProtocolError
 from .close_codes import close_for
 from .context import Transport
 from .metrics import Metrics
-from .outbox import Outbox
+from .outbox import Outbox, SlowConsumer
 from .room import InvalidUpdate
 
 log = logging.getLogger(__name__)
@@ -90,3 +90,11 @@ def detach_each(detachers: list[Callable[[], None]]) -> None:
             detacher()
         except Exception:
             log.exception("detaching a peer failed")
+
+
+def slow_consumer(metrics: Metrics, outbox: Outbox) -> CloseConnection:
+    """The close for an overflowed outbox; counted and logged here, once: the connection ends."""
+    limit = outbox.overflow_limit or "send_queue_frames"
+    metrics.limit_refusals.labels(limit).inc()
+    log.warning("closing a slow consumer: its send queue passed %s", limit)
+    return CloseConnection(*close_for(SlowConsumer(f"send queue over {limit}")))

@@ -51,15 +51,15 @@ class Metrics:
             ["kind"],
             registry=r,
         )
-        self.auth_failures = Counter(
-            "tether_auth_failures_total", "Refused document opens", ["reason"], registry=r
-        )
-
+        # One counter for every bound a peer ran into (item names in collab.limits).
         self.limit_refusals = Counter(
             "tether_limit_refusals_total",
-            "Requests refused by a configured limit",
+            "Requests refused or connections closed because a peer hit a limit",
             ["limit"],
             registry=r,
+        )
+        self.auth_failures = Counter(
+            "tether_auth_failures_total", "Refused document opens", ["reason"], registry=r
         )
 
     def render(self) -> bytes:

@@ -2,7 +2,8 @@
 
 Knows nothing of Starlette (it talks to a ``Transport``). Receive path: feed the session, act on
 its events, put replies on the bounded outbox. A monitor task sends app-level pings, closes idle
-peers and channels whose auth never resolved, and closes the connection when its outbox overflows.
+peers, channels whose auth never resolved and sockets with no granted channel for the auth
+timeout, and closes the connection when its outbox overflows.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import logging
 import time
 
+from protocol.errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow
 from protocol.messages import (
     PING_FRAME,
     Awareness,
@@ -30,10 +32,10 @@ from protocol.session import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, close_for
+from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
 from .context import ServerContext, Transport, valid_document_name
-from .lifecycle import CloseConnection, detach_each, run_connection
-from .outbox import Outbox, SlowConsumer
+from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .outbox import Outbox
 from .peer import Peer
 from .room import Room
 from .rooms import DocumentQuarantined
@@ -53,15 +55,20 @@ class MuxConnection:
                 max_frame_bytes=s.max_frame_bytes,
                 max_documents=s.max_documents_per_connection,
                 max_queued_messages=s.max_queued_before_auth,
-            )
+                max_queued_bytes=s.max_queued_bytes_before_auth,
+                max_session_id_bytes=s.max_session_id_bytes,
+            ),
+            ctx.preauth_budget,
         )
-        self._outbox = Outbox(transport.send, s.send_queue_frames)
+        self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
         self._attached: dict[str, tuple[Room, Peer]] = {}
         self._grants: dict[str, Grant] = {}
         self._grant_of_channel: dict[str, Grant] = {}
         self._connected_at = time.monotonic()
         self._last_seen = self._connected_at
-        self._ever_used = False
+        # Since when no channel has been granted (None while one is): a socket that only pings,
+        # or whose every channel was refused, is closed after the auth timeout.
+        self._ungranted_since: float | None = self._connected_at
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
@@ -76,6 +83,7 @@ class MuxConnection:
                 metrics=metrics,
             )
         finally:
+            self._session.close()  # gives its pre-auth bytes back to the shared budget
             metrics.connections.labels("ws").dec()
 
     async def _receive_loop(self) -> None:
@@ -87,7 +95,13 @@ class MuxConnection:
                 return
             now = time.monotonic()
             self._last_seen = now
-            for event in session.receive(data, now):
+            try:
+                events = session.receive(data, now)
+            except _SESSION_LIMITS as exc:
+                self._ctx.metrics.limit_refusals.labels(_limit_of(exc)).inc()
+                log.warning("closing a /ws connection: %s", exc)  # it ends: once per peer
+                raise
+            for event in events:
                 await self._handle(event)
 
     async def _handle(self, event: SessionEvent) -> None:
@@ -117,7 +131,7 @@ class MuxConnection:
         elif isinstance(message, Awareness):
             room.handle_awareness(peer, message.update)
         elif isinstance(message, QueryAwareness):
-            peer.send(peer.awareness_header + room.awareness_snapshot())
+            room.send_presence(peer)
 
     def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
         auth = self._ctx.authenticator
@@ -174,7 +188,7 @@ class MuxConnection:
             while True:
                 done, _ = await asyncio.wait({overflow}, timeout=tick)
                 if done:
-                    return CloseConnection(*close_for(SlowConsumer()))
+                    return slow_consumer(self._ctx.metrics, self._outbox)
                 now = time.monotonic()
                 if now - last_ping >= s.ping_interval:
                     self._outbox.put(PING_FRAME)
@@ -182,7 +196,9 @@ class MuxConnection:
                 if now - self._last_seen > s.idle_timeout:
                     return CloseConnection(IDLE_TIMEOUT, "idle timeout: no message from the peer")
                 if self._auth_overdue(now):
-                    return CloseConnection(AUTH_TIMEOUT, "authentication timeout")
+                    return CloseConnection(
+                        AUTH_TIMEOUT, "authentication timeout: no document granted"
+                    )
                 self._expire_grants()
         finally:
             overflow.cancel()
@@ -191,10 +207,14 @@ class MuxConnection:
         timeout = self._ctx.settings.auth_timeout
         if self._session.overdue_channels(now, timeout):
             return True
-        # A socket that never asks for any document is not left open forever either.
-        if self._session.channel_count:
-            self._ever_used = True
-        return not self._ever_used and now - self._connected_at > timeout
+        # Nor is a socket left open that has no document granted: one that never names one,
+        # only pings, or whose every channel was refused (or closed, or revoked).
+        if self._session.has_granted_channel():
+            self._ungranted_since = None
+            return False
+        if self._ungranted_since is None:
+            self._ungranted_since = now
+        return now - self._ungranted_since > timeout
 
     def _expire_grants(self) -> None:
         now = time.time()
@@ -204,3 +224,14 @@ class MuxConnection:
                     if isinstance(event, Reply):
                         self._outbox.put(event.frame)
                 self._detach(channel)
+
+
+_SESSION_LIMITS = (ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow)
+
+
+def _limit_of(exc: Exception) -> str:
+    if isinstance(exc, ChannelNameTooLong):
+        return "max_session_id_bytes"
+    if isinstance(exc, QueueBudgetExhausted):
+        return "max_queued_bytes_before_auth_total"
+    return "max_queued_before_auth"

@@ -1,16 +1,22 @@
 """A connection's bounded send queue and the one task that drains it to the socket.
 
 Knows nothing of documents. Putting a frame never blocks; a full queue is the named condition
-``SlowConsumer``: that connection is closed, the room never waits for it.
+``SlowConsumer``: that connection is closed and its queued frames dropped at once, the room never
+waits for it. The queue is bounded in frames and in bytes; the frame being written counts until
+the socket has taken it (a peer that never reads holds it there). A frame may carry a tag (e.g.
+"the full-state answer to this step1"), so a caller can ask whether an answer is still on its way
+instead of queueing another copy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 
 SendBytes = Callable[[bytes], Awaitable[None]]
+
+DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 
 
 class SlowConsumer(Exception):
@@ -18,27 +24,53 @@ class SlowConsumer(Exception):
 
 
 class Outbox:
-    def __init__(self, send: SendBytes, max_frames: int) -> None:
+    def __init__(
+        self, send: SendBytes, max_frames: int, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
         self._send = send
         self._max_frames = max_frames
+        self._max_bytes = max_bytes
         self._frames: collections.deque[bytes] = collections.deque()
+        self._bytes = 0  # queued plus the frame being written
+        # Tagged frames by id(): a queued frame object stays alive, so its id is stable.
+        self._tag_of: dict[int, Hashable] = {}
+        self._tags: collections.Counter[Hashable] = collections.Counter()
         self._ready = asyncio.Event()
         self._closed = False
         self._empty = asyncio.Event()
         self._empty.set()
         self.overflowed = asyncio.Event()
+        # Which bound overflowed: "send_queue_frames" or "send_queue_bytes".
+        self.overflow_limit = ""
 
     def put(self, frame: bytes) -> None:
         if self._closed:
             return
         if len(self._frames) >= self._max_frames:
-            self._closed = True
-            self._frames.clear()
-            self.overflowed.set()
+            self._overflow("send_queue_frames")
             return
+        # An empty queue takes any one frame: a document larger than the bound still syncs.
+        if self._bytes and self._bytes + len(frame) > self._max_bytes:
+            self._overflow("send_queue_bytes")
+            return
+        self._bytes += len(frame)
         self._frames.append(frame)
         self._empty.clear()
         self._ready.set()
+
+    def put_tagged(self, frame: bytes, tag: Hashable) -> None:
+        """Queue ``frame``; ``holds(tag)`` is True until the socket has taken it."""
+        self.put(frame)
+        if not self._closed:
+            self._tag_of[id(frame)] = tag
+            self._tags[tag] += 1
+
+    def holds(self, tag: Hashable) -> bool:
+        return tag in self._tags
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
 
     @property
     def closed(self) -> bool:
@@ -51,6 +83,27 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._frames)
 
+    def _overflow(self, limit: str) -> None:
+        self._closed = True
+        self.overflow_limit = limit
+        self._frames.clear()  # released now, not when the peer finally goes
+        self._tag_of.clear()
+        self._tags.clear()
+        self._bytes = 0
+        self.overflowed.set()
+
+    def _sent(self, frame: bytes) -> None:
+        if self._closed and not self._frames:
+            self._bytes = 0
+        else:
+            self._bytes -= len(frame)
+        if self._tag_of:
+            tag = self._tag_of.pop(id(frame), None)
+            if tag is not None:
+                self._tags[tag] -= 1
+                if self._tags[tag] <= 0:
+                    del self._tags[tag]
+
     async def drain_forever(self) -> None:
         """Send queued frames in order until closed; socket errors end it."""
         frames = self._frames
@@ -58,7 +111,9 @@ class Outbox:
             await self._ready.wait()
             self._ready.clear()
             while frames:
-                await self._send(frames.popleft())
+                frame = frames.popleft()
+                await self._send(frame)
+                self._sent(frame)
             self._empty.set()
             if self._closed:
                 return

@@ -27,6 +27,8 @@ class Peer:
     channel: str | None
     peer_id: int = field(default_factory=lambda: next(_ids))
     awareness_ids: set[int] = field(default_factory=set)
+    # Limits this peer already ran into and was logged for (collab.limits: once per peer).
+    refusals_logged: set[str] = field(default_factory=set)
     sync_header: bytes = b""
     awareness_header: bytes = b""
 
@@ -40,6 +42,11 @@ class Peer:
             self.awareness_header = name + write_var_uint(AWARENESS)
 
     @property
+    def label(self) -> str:
+        """Who this is, for the log (the subject cut short: it comes from a token)."""
+        return f"peer {self.peer_id} ({self.grant.subject[:64]!r})"
+
+    @property
     def writable(self) -> bool:
         return self.scope == "read-write"
 
@@ -49,6 +56,16 @@ class Peer:
 
     def send(self, frame: bytes) -> None:
         self.outbox.put(frame)
+
+    def answer_pending(self, tag: object) -> bool:
+        """An answer queued with ``send_answer(..., tag)`` has not reached the socket yet."""
+        return self.outbox.holds((self.peer_id, tag))
+
+    def send_answer(self, frame: bytes, tag: object) -> None:
+        """Queue a full-state answer (a step2, a presence snapshot) that ``answer_pending`` can
+        see: a repeated request is coalesced into the answer already on its way, so a reader that
+        never reads cannot make us hold N copies of a document."""
+        self.outbox.put_tagged(frame, (self.peer_id, tag))
 
     def send_sync_status(self, applied: bool) -> None:
         # The plain y-websocket protocol has no acknowledgements.

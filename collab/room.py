@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -17,7 +18,6 @@ from typing import Any
 
 from pycrdt import Doc
 
-from protocol.lib0 import MAX_SAFE_INTEGER, write_var_uint8_array
 from protocol.sync import (
     EMPTY_UPDATE,
     AwarenessEntry,
@@ -25,14 +25,15 @@ from protocol.sync import (
     SyncStep1,
     SyncStep2,
     SyncUpdate,
-    decode_awareness,
-    encode_awareness,
 )
 from protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
+from .limits import refuse
 from .metrics import Metrics
 from .peer import Peer
+from .presence import Presence, PresenceLimits
+from .presence_claims import ClaimRegistry
 from .storage import StorageError, Store
 from .update_guard import (
     DEFAULT_MAX_NESTING_DEPTH,
@@ -101,12 +102,13 @@ class Room:
         compact_threshold: int,
         guard: UpdateGuard | None = None,
         log_entries: int = 0,
+        presence_limits: PresenceLimits | None = None,
+        claims: ClaimRegistry | None = None,
     ) -> None:
         self.name = name
         self.doc = doc
         self.peers: set[Peer] = set()
-        self.awareness: dict[int, AwarenessEntry] = {}
-        self._awareness_owner: dict[int, Peer] = {}
+        self.presence = Presence(name, metrics, presence_limits, claims)
         self._store = store
         self._hooks = hooks
         self._metrics = metrics
@@ -128,6 +130,10 @@ class Room:
     def log_entries(self) -> int:
         return self._log_entries
 
+    @property
+    def awareness(self) -> dict[int, AwarenessEntry]:
+        return self.presence.entries
+
     # ---- peers -------------------------------------------------------------------------------
 
     def attach(self, peer: Peer) -> None:
@@ -137,8 +143,8 @@ class Room:
         self.peers.add(peer)
         self._acks[peer] = _AckQueue(peer)
         peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
-        if self.awareness:
-            peer.send(peer.awareness_header + _awareness_body(list(self.awareness.values())))
+        if self.presence.entries:
+            self.send_presence(peer)
 
     def detach(self, peer: Peer) -> None:
         if peer not in self.peers:
@@ -158,11 +164,17 @@ class Room:
 
     def handle_sync(self, peer: Peer, message: SyncMessage) -> None:
         if isinstance(message, SyncStep1):
+            # The same question while its answer is still queued: that answer, plus the updates
+            # broadcast after it, already tells the peer everything a second one would.
+            tag = ("step2", _fingerprint(message.state_vector))
+            if peer.answer_pending(tag):
+                self._refuse(peer, "repeated_step1", "step1 repeated while its answer is queued")
+                return
             try:
                 diff = self.doc.get_update(message.state_vector)
             except Exception as exc:
                 raise InvalidUpdate("invalid state vector") from exc
-            peer.send(peer.sync_header + SyncStep2(diff).encode())
+            peer.send_answer(peer.sync_header + SyncStep2(diff).encode(), tag)
             return
         self.receive_update(peer, message.update)
 
@@ -284,42 +296,34 @@ class Room:
     # ---- presence ----------------------------------------------------------------------------
 
     def handle_awareness(self, peer: Peer, payload: bytes) -> None:
-        entries = decode_awareness(payload)
-        accepted = []
-        for entry in entries:
-            owner = self._awareness_owner.get(entry.client_id)
-            if owner is not None and owner is not peer:
-                continue  # one editor may not speak for another's presence
-            accepted.append(entry)
-            if entry.removed:
-                self.awareness.pop(entry.client_id, None)
-                self._awareness_owner.pop(entry.client_id, None)
-                peer.awareness_ids.discard(entry.client_id)
-            else:
-                self.awareness[entry.client_id] = entry
-                self._awareness_owner[entry.client_id] = peer
-                peer.awareness_ids.add(entry.client_id)
-        if accepted:
-            full = len(accepted) == len(entries)
-            body = write_var_uint8_array(payload) if full else _awareness_body(accepted)
+        body = self.presence.receive(peer, payload)
+        if body is not None:
             # Echo to the sender too: y-websocket clients treat silence as a dead connection.
             self._broadcast(body, exclude=None, sync=False)
 
+    def send_presence(self, peer: Peer) -> None:
+        """Everyone's presence to one peer (a QueryAwareness, or joining); coalesced like step1."""
+        if peer.answer_pending(_PRESENCE_SNAPSHOT):
+            self._refuse(peer, "repeated_query_awareness", "presence asked while one is queued")
+            return
+        peer.send_answer(peer.awareness_header + self.presence.snapshot(), _PRESENCE_SNAPSHOT)
+
     def awareness_snapshot(self) -> bytes:
-        return _awareness_body(list(self.awareness.values()))
+        return self.presence.snapshot()
 
     def _remove_presence(self, peer: Peer) -> None:
-        gone = []
-        for client_id in peer.awareness_ids:
-            entry = self.awareness.pop(client_id, None)
-            self._awareness_owner.pop(client_id, None)
-            if entry is not None:
-                # Capped: a hostile clock of 2**53 - 1 must not break everyone's disconnect.
-                clock = min(entry.clock + 1, MAX_SAFE_INTEGER)
-                gone.append(AwarenessEntry(client_id, clock, "null"))
-        peer.awareness_ids.clear()
-        if gone:
-            self._broadcast(_awareness_body(gone), exclude=None, sync=False)
+        body = self.presence.remove_peer(peer)
+        if body is not None:
+            self._broadcast(body, exclude=None, sync=False)
+
+    def _refuse(self, peer: Peer, limit: str, detail: str) -> None:
+        refuse(
+            self._metrics,
+            limit,
+            peer.refusals_logged,
+            peer.label,
+            f"{detail} on {self.name[:64]!r}",
+        )
 
     # ---- fan-out -----------------------------------------------------------------------------
 
@@ -337,5 +341,10 @@ class Room:
         self._metrics.fanout_frames.inc(len(self.peers) - (exclude is not None))
 
 
-def _awareness_body(entries: list[AwarenessEntry]) -> bytes:
-    return write_var_uint8_array(encode_awareness(entries))
+_PRESENCE_SNAPSHOT = "presence"
+
+
+def _fingerprint(state_vector: bytes) -> bytes:
+    # A digest, not the vector: a tag lives as long as its answer is queued, and a state vector
+    # may be megabytes.
+    return hashlib.blake2b(state_vector, digest_size=16).digest()

@@ -19,6 +19,8 @@ from protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
 from .metrics import Metrics
+from .presence import PresenceLimits
+from .presence_claims import ClaimRegistry
 from .room import InvalidUpdate, Room, apply_update
 from .storage import Store
 from .update_guard import MissingDependencies, UpdateGuard, UpdateRefused
@@ -38,8 +40,13 @@ class RoomManager:
         unload_grace: float,
         compact_threshold: int,
         max_nesting_depth: int = 128,
+        presence_limits: PresenceLimits | None = None,
+        claims: ClaimRegistry | None = None,
     ) -> None:
         self._store = store
+        self._presence_limits = presence_limits
+        # One registry for all documents: a binding must outlive its document's unload.
+        self._claims = claims or ClaimRegistry(3600.0, 65536, 256)
         self._hooks = hooks
         self._metrics = metrics
         self._unload_grace = unload_grace
@@ -111,6 +118,8 @@ class RoomManager:
             compact_threshold=self._compact_threshold,
             guard=guard,
             log_entries=max(len(updates) - 1, 0),
+            presence_limits=self._presence_limits,
+            claims=self._claims,
         )
         room.on_empty = self._schedule_unload
         self._rooms[name] = room

@@ -26,15 +26,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from protocol.ai import InvalidAiMessage, Suggest, decode_client_message
 from protocol.errors import DecodeError
+from protocol.session import QueueBudget
 
+from .address_limit import ConnectionsPerAddress
 from .auth import Authenticator, AuthError, Grant
-from .close_codes import UNAUTHORIZED
+from .close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
 from .config import Settings
 from .context import ServerContext, valid_document_name
 from .hooks import Hooks
 from .metrics import Metrics
 from .mux_connection import MuxConnection
 from .origins import OriginPolicy
+from .presence import PresenceLimits
+from .presence_claims import ClaimRegistry
 from .rooms import DocumentQuarantined, RoomManager
 from .sqlite_store import SQLiteStore
 from .storage import Store
@@ -117,12 +121,26 @@ def create_app(
                 unload_grace=settings.unload_grace,
                 compact_threshold=settings.compact_threshold,
                 max_nesting_depth=settings.max_nesting_depth,
+                presence_limits=PresenceLimits(
+                    ids_per_peer=settings.awareness_ids_per_peer,
+                    entry_bytes=settings.awareness_entry_bytes,
+                    peer_bytes=settings.awareness_peer_bytes,
+                    document_bytes=settings.awareness_document_bytes,
+                ),
+                claims=ClaimRegistry(
+                    settings.presence_claim_ttl,
+                    settings.presence_claims,
+                    settings.presence_claims_per_subject,
+                ),
             )
             stack.push_async_callback(rooms.close)
             engine = await _start_ai(settings, stack, metrics)
             if engine is not None:
                 hooks.add(engine)
-            holder["ctx"] = ServerContext(settings, authenticator, rooms, hooks, metrics, backend)
+            budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
+            holder["ctx"] = ServerContext(
+                settings, authenticator, rooms, hooks, metrics, backend, budget
+            )
             holder["ai"] = engine
             app.state.ctx = holder["ctx"]
             yield
@@ -264,6 +282,8 @@ def create_app(
     http_app = Starlette(routes=routes, lifespan=lifespan)
     origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
     refused_origins: set[str] = set()  # logged once each (bounded)
+    addresses = ConnectionsPerAddress(settings.max_connections_per_address)
+    crowded: set[str] = set()  # addresses logged for the limit (bounded like refused_origins)
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -286,14 +306,25 @@ def create_app(
             _log_refusal_once(refused_origins, scope, refusal)
             await ws.refuse(1008, refusal)  # the upgrade fails with 403: no document byte
             return
-        path: str = scope["path"]
-        if path == "/ws":
-            await ws_endpoint(ws)
-        elif path.startswith("/yjs/"):
-            query = scope.get("query_string", b"").decode("latin-1")
-            await yjs_endpoint(ws, unquote(path[len("/yjs/") :]), query)
-        else:
-            await ws.refuse(1008, "no such endpoint")
+        address = _client_address(scope)
+        if not addresses.enter(address):
+            metrics.limit_refusals.labels("max_connections_per_address").inc()
+            if address not in crowded and len(crowded) < _MAX_LOGGED_ORIGINS:
+                crowded.add(address)
+                log.warning("refused a socket: too many open from %s", address)
+            await ws.refuse(TRY_AGAIN_LATER, "too many connections from this address")
+            return
+        try:
+            path: str = scope["path"]
+            if path == "/ws":
+                await ws_endpoint(ws)
+            elif path.startswith("/yjs/"):
+                query = scope.get("query_string", b"").decode("latin-1")
+                await yjs_endpoint(ws, unquote(path[len("/yjs/") :]), query)
+            else:
+                await ws.refuse(1008, "no such endpoint")
+        finally:
+            addresses.leave(address)
 
     return app
 
@@ -346,6 +377,11 @@ class _RefusalLog:
             self._seen.clear()
         self._seen.add(key)
         log.warning("a connection reached its AI quota (%s); further refusals not logged", limit)
+
+
+def _client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0])[:64] if client else "unknown"
 
 
 def _origin_refusal(scope: Scope, origins: OriginPolicy) -> str | None:

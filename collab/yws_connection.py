@@ -19,10 +19,10 @@ from protocol.yws import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import TOKEN_EXPIRED, close_for
+from .close_codes import TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
-from .lifecycle import CloseConnection, detach_each, run_connection
-from .outbox import Outbox, SlowConsumer
+from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .outbox import Outbox
 from .peer import Peer
 from .room import Room
 
@@ -50,7 +50,8 @@ class YwsConnection:
         self._ctx = ctx
         self._document = document
         self._grant = grant
-        self._outbox = Outbox(transport.send, ctx.settings.send_queue_frames)
+        s = ctx.settings
+        self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
@@ -82,7 +83,7 @@ class YwsConnection:
             elif isinstance(message, YAwareness):
                 room.handle_awareness(peer, message.update)
             elif isinstance(message, YQueryAwareness):
-                peer.send(peer.awareness_header + room.awareness_snapshot())
+                room.send_presence(peer)
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
 
@@ -94,7 +95,7 @@ class YwsConnection:
             while True:
                 done, _ = await asyncio.wait({overflow}, timeout=interval)
                 if done:
-                    return CloseConnection(*close_for(SlowConsumer()))
+                    return slow_consumer(self._ctx.metrics, self._outbox)
                 self._outbox.put(KEEPALIVE_FRAME)
                 if self._grant.expired():
                     return CloseConnection(TOKEN_EXPIRED, "token expired")

@@ -5,7 +5,9 @@
     ├── UnknownMessageType        a well-formed frame of a type we do not speak
     ├── FrameTooLarge             a frame above the configured limit
     └── SessionViolation          a well-formed message at the wrong time or over a limit
-        └── QueueOverflow         too many messages queued before a document's auth resolved
+        ├── QueueOverflow         too many messages queued before a document's auth resolved
+        ├── QueueBudgetExhausted  every connection's pre-auth queues together are full
+        └── ChannelNameTooLong    a channel (document or session id part) over its limit
 
 Errors caused by the remote peer carry ``remote=True``; the transport maps each class to one
 close code in one place (``collab.errors_map``), and never copies exception text from
@@ -39,3 +41,11 @@ class SessionViolation(ProtocolError):
 
 class QueueOverflow(SessionViolation):
     """The bounded queue of messages waiting for a document's authentication is full."""
+
+
+class QueueBudgetExhausted(SessionViolation):
+    """The server-wide budget for messages waiting for authentication is spent (transient)."""
+
+
+class ChannelNameTooLong(SessionViolation):
+    """A channel name whose document or session id part is longer than allowed."""

@@ -28,7 +28,12 @@ this file (PROTOCOL.md carries a copy of this table; a test keeps them equal):
     [1] only if the channel was not open already (a re-verification keeps it attached)
     [2] only if the channel was open (or re-verifying after being open)
 
-A new channel beyond ``max_documents`` raises ``SessionViolation``. The auth timeout
+A new channel beyond ``max_documents`` raises ``SessionViolation``; one whose document part is
+over ``max_document_name_bytes`` or whose session id (after NUL) is over ``max_session_id_bytes``
+raises ``ChannelNameTooLong`` (every frame of a channel carries its name, and a refused channel's
+name is remembered). Queued bytes count against the connection's ``max_queued_bytes`` and, when
+the server shares one, a ``QueueBudget`` of all connections (``QueueBudgetExhausted``); ``close``
+gives a session's share back. The auth timeout
 (``overdue_channels``) counts from a channel's first message, or from the Token that moved an
 OPEN or DENIED channel back to VERIFYING.
 """
@@ -38,8 +43,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .errors import QueueOverflow, SessionViolation
+from .errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow, SessionViolation
 from .messages import (
+    CHANNEL_SEPARATOR,
     PONG_FRAME,
     Authenticated,
     AuthToken,
@@ -60,6 +66,26 @@ class SessionLimits:
     max_documents: int = 64
     max_queued_messages: int = 256
     max_queued_bytes: int = 16 * 1024 * 1024
+    # 512 characters (the document name rule) of up to 4 UTF-8 bytes each.
+    max_document_name_bytes: int = 2048
+    max_session_id_bytes: int = 128
+
+
+class QueueBudget:
+    """Bytes that every session sharing it may hold queued before authentication, together."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.used = 0
+
+    def take(self, size: int) -> bool:
+        if self.used + size > self.capacity:
+            return False
+        self.used += size
+        return True
+
+    def give_back(self, size: int) -> None:
+        self.used = max(0, self.used - size)
 
 
 class ChannelState(enum.Enum):
@@ -128,8 +154,11 @@ class _Channel:
 class ServerSession:
     """Feed it frames with ``receive``; act on the events it returns."""
 
-    def __init__(self, limits: SessionLimits | None = None) -> None:
+    def __init__(
+        self, limits: SessionLimits | None = None, budget: QueueBudget | None = None
+    ) -> None:
         self.limits = limits or SessionLimits()
+        self._budget = budget
         self._channels: dict[str, _Channel] = {}
         self._queued_bytes = 0
 
@@ -155,7 +184,7 @@ class ServerSession:
         state.state = ChannelState.OPEN
         state.scope = scope
         queued, state.queue = state.queue, []
-        self._queued_bytes -= state.queued_bytes
+        self._unqueue(state.queued_bytes)
         state.queued_bytes = 0
         document = document_of(channel)
         events: list[SessionEvent] = [Reply(Authenticated(channel, scope).encode())]
@@ -169,7 +198,7 @@ class ServerSession:
         if state is None or state.state is not ChannelState.VERIFYING:
             return []
         was_open = bool(state.scope)
-        self._queued_bytes -= state.queued_bytes
+        self._unqueue(state.queued_bytes)
         self._channels[channel] = _Channel(ChannelState.DENIED, state.waiting_since)
         events: list[SessionEvent] = [Reply(PermissionDenied(channel, reason).encode())]
         if was_open:
@@ -187,9 +216,23 @@ class ServerSession:
             ChannelClosed(channel, document_of(channel)),
         ]
 
+    def close(self) -> None:
+        """The connection ended: drop every queue and give the shared budget its bytes back."""
+        self._unqueue(self._queued_bytes)
+        for state in self._channels.values():
+            state.queue, state.queued_bytes = [], 0
+
     @property
     def channel_count(self) -> int:
         return len(self._channels)
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._queued_bytes
+
+    def has_granted_channel(self) -> bool:
+        """Some channel is open (or re-verifying after it was open)."""
+        return any(ch.scope for ch in self._channels.values())
 
     def state_of(self, channel: str) -> ChannelState | None:
         state = self._channels.get(channel)
@@ -222,7 +265,7 @@ class ServerSession:
         state = self._channels.pop(channel, None)
         if state is None:
             return []
-        self._queued_bytes -= state.queued_bytes
+        self._unqueue(state.queued_bytes)
         if state.scope:
             return [ChannelClosed(channel, document_of(channel))]
         return []
@@ -240,14 +283,22 @@ class ServerSession:
             or self._queued_bytes + size > self.limits.max_queued_bytes
         ):
             raise QueueOverflow("too many messages before authentication")
+        if self._budget is not None and not self._budget.take(size):
+            raise QueueBudgetExhausted("server busy: too many messages waiting for authentication")
         state.queue.append(message)
         state.queued_bytes += size
         self._queued_bytes += size
         return []
 
+    def _unqueue(self, size: int) -> None:
+        self._queued_bytes -= size
+        if self._budget is not None:
+            self._budget.give_back(size)
+
     def _channel(self, channel: str, now: float) -> _Channel:
         state = self._channels.get(channel)
         if state is None:
+            self._check_name(channel)
             if len(self._channels) >= self.limits.max_documents:
                 raise SessionViolation(
                     f"too many documents on one connection (max {self.limits.max_documents})"
@@ -255,3 +306,13 @@ class ServerSession:
             state = _Channel(ChannelState.AWAITING_TOKEN, now)
             self._channels[channel] = state
         return state
+
+    def _check_name(self, channel: str) -> None:
+        document, _, session_id = channel.partition(CHANNEL_SEPARATOR)
+        limits = self.limits
+        if len(document.encode("utf-8", "surrogatepass")) > limits.max_document_name_bytes:
+            raise ChannelNameTooLong("channel name too long: document name")
+        if len(session_id.encode("utf-8", "surrogatepass")) > limits.max_session_id_bytes:
+            raise ChannelNameTooLong(
+                f"channel name too long: session id over {limits.max_session_id_bytes} bytes"
+            )

@@ -84,7 +84,16 @@ def encode_awareness(entries: list[AwarenessEntry] | tuple[AwarenessEntry, ...])
     return b"".join(parts)
 
 
-def decode_awareness(payload: bytes, *, max_state_bytes: int = 64 * 1024) -> list[AwarenessEntry]:
+# What ``decode_awareness(..., oversize_state=OVERSIZE_STATE)`` puts in place of a state over
+# the limit: the empty text is not JSON, so no well-formed entry can carry it.
+OVERSIZE_STATE = ""
+
+
+def decode_awareness(
+    payload: bytes, *, max_state_bytes: int = 64 * 1024, oversize_state: str | None = None
+) -> list[AwarenessEntry]:
+    """The entries; a state over ``max_state_bytes`` raises DecodeError, or, when
+    ``oversize_state`` is given, is returned as that text (unparsed) for the caller to refuse."""
     decoder = Decoder(payload)
     count = decoder.read_var_uint()
     if count > decoder.remaining():
@@ -95,7 +104,10 @@ def decode_awareness(payload: bytes, *, max_state_bytes: int = 64 * 1024) -> lis
         clock = decoder.read_var_uint()
         raw = decoder.read_var_uint8_array()
         if len(raw) > max_state_bytes:
-            raise DecodeError("awareness state too large")
+            if oversize_state is None:
+                raise DecodeError("awareness state too large")
+            entries.append(AwarenessEntry(client_id, clock, oversize_state))
+            continue
         entries.append(AwarenessEntry(client_id, clock, _json_text(raw)))
     return entries
 

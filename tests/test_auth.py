@@ -11,6 +11,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from collab.auth import make_token
 from protocol.messages import Authenticated, AuthToken, Awareness, PermissionDenied, Sync
 from protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
@@ -252,6 +253,7 @@ async def test_an_open_channel_is_revoked_when_its_token_expires(tmp_path):
 async def test_an_editor_cannot_overwrite_or_remove_another_editors_presence(
     server: ServerProcess,
 ):
+    """Another editor is another token subject (the same subject may take over: collab.presence)."""
     name = unique("spoof")
     token = server.token([name])
     with anyio.fail_after(15):
@@ -261,7 +263,7 @@ async def test_an_editor_cannot_overwrite_or_remove_another_editors_presence(
             await MuxPeer.connect(server.ws_url) as watcher,
         ):
             o = await owner.open(name, token)
-            s = await spoofer.open(name, token)
+            s = await spoofer.open(name, make_token(server.secret, [name], subject="mallory"))
             w = await watcher.open(name, token)
             await o.set_awareness({"user": "owner"})
             victim = o.doc.client_id

@@ -351,7 +351,13 @@ def _run_against_own_server(args: argparse.Namespace) -> dict[str, Any]:
         ai: dict[str, object] = {"ai_provider": "none"}
         if args.with_ai:
             ai = {"ai_provider": "local", **PRODUCT_AI}
-        proc = ServerProcess(Path(data_dir), send_queue_frames=8192, **ai)
+        # Every editor is a socket from 127.0.0.1: lift the per-address limit for this run.
+        proc = ServerProcess(
+            Path(data_dir),
+            send_queue_frames=8192,
+            max_connections_per_address=args.editors + 16,
+            **ai,
+        )
         with proc:
             assert proc.proc is not None
             if args.with_ai:

@@ -157,16 +157,54 @@ async def test_leaving_clears_the_leavers_presence_for_everyone_else() -> None:
         assert 42 not in room.awareness
 
 
-async def test_one_peer_cannot_overwrite_another_peers_presence() -> None:
+ALICE = Grant("alice", "Alice", ("*",), "read-write", None)
+MALLORY = Grant("mallory", "Mallory", ("*",), "readonly", None)
+
+
+async def test_one_subject_cannot_overwrite_another_subjects_presence() -> None:
     async with MemoryStore() as store:
         room = await make_room(store)
         a, b = Capture(), Capture()
-        pa, pb = make_peer(a), make_peer(b)
+        pa, pb = make_peer(a, grant=ALICE), make_peer(b, grant=MALLORY)
         room.attach(pa)
         room.attach(pb)
         room.handle_awareness(pa, encode_awareness([AwarenessEntry(1, 1, '{"name":"A"}')]))
         room.handle_awareness(pb, encode_awareness([AwarenessEntry(1, 2, '{"name":"spoof"}')]))
         assert room.awareness[1].state == '{"name":"A"}'
+
+
+async def test_the_same_subject_on_a_new_connection_takes_its_presence_over() -> None:
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        old, new = Capture(), Capture()
+        p_old, p_new = make_peer(old, grant=ALICE), make_peer(new, grant=ALICE)
+        room.attach(p_old)
+        room.attach(p_new)
+        room.handle_awareness(p_old, encode_awareness([AwarenessEntry(1, 1, '{"v":1}')]))
+        room.handle_awareness(p_new, encode_awareness([AwarenessEntry(1, 2, '{"v":2}')]))
+        assert room.awareness[1].state == '{"v":2}'
+        room.detach(p_old)  # the stale socket goes: it no longer owns the id
+        assert room.awareness[1].state == '{"v":2}'
+
+
+async def test_an_echo_of_anothers_presence_by_the_same_subject_does_not_take_it_over() -> None:
+    """Hocuspocus providers re-send the states they received (same clock): the owner keeps the
+    id, and its leaving still removes it."""
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        owner, echoer = Capture(), Capture()
+        p_owner, p_echo = make_peer(owner, grant=ALICE), make_peer(echoer, grant=ALICE)
+        room.attach(p_owner)
+        room.attach(p_echo)
+        room.handle_awareness(p_owner, encode_awareness([AwarenessEntry(1, 5, '{"v":1}')]))
+        room.handle_awareness(p_echo, encode_awareness([AwarenessEntry(1, 5, '{"v":1}')]))
+        room.handle_awareness(p_echo, encode_awareness([AwarenessEntry(1, 6, "null")]))
+        assert room.awareness[1].state == '{"v":1}'
+        room.detach(p_owner)
+        assert 1 not in room.awareness
+        # A late echo after it left does not bring it back either.
+        room.handle_awareness(p_echo, encode_awareness([AwarenessEntry(1, 5, '{"v":1}')]))
+        assert 1 not in room.awareness
 
 
 async def test_compaction_folds_the_log_once_it_passes_the_threshold_and_keeps_content() -> None:

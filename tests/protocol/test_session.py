@@ -3,13 +3,21 @@ from __future__ import annotations
 import pytest
 
 from protocol import messages as m
-from protocol.errors import DecodeError, FrameTooLarge, QueueOverflow, SessionViolation
+from protocol.errors import (
+    ChannelNameTooLong,
+    DecodeError,
+    FrameTooLarge,
+    QueueBudgetExhausted,
+    QueueOverflow,
+    SessionViolation,
+)
 from protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
     ChannelState,
     Incoming,
+    QueueBudget,
     Reply,
     ServerSession,
     SessionLimits,
@@ -363,3 +371,54 @@ def test_a_token_after_deny_gets_a_fresh_timeout():
     session.deny("doc", "no")
     feed(session, m.AuthToken("doc", "again"), now=500.0)
     assert session.overdue_channels(now=501.0, auth_timeout=10.0) == []
+
+
+def test_sessions_sharing_a_budget_are_bounded_together_and_give_it_back_on_close():
+    size = len(STEP1.encode())
+    budget = QueueBudget(2 * size)
+    first, second = ServerSession(budget=budget), ServerSession(budget=budget)
+    feed(first, STEP1)
+    feed(second, STEP1)
+    with pytest.raises(QueueBudgetExhausted):
+        feed(second, m.Sync("abc", SyncStep1(b"\x00")))
+    first.close()
+    assert budget.used == size
+    assert feed(second, m.Sync("abc", SyncStep1(b"\x00"))) == []
+
+
+def test_a_granted_channel_gives_its_queued_bytes_back_to_the_shared_budget():
+    budget = QueueBudget(1 << 20)
+    session = ServerSession(budget=budget)
+    feed(session, STEP1)
+    assert budget.used == len(STEP1.encode())
+    feed(session, TOKEN)
+    session.grant("doc", RW)
+    assert budget.used == 0
+
+
+@pytest.mark.parametrize(
+    "channel",
+    ["doc\0" + "s" * 129, "d" * 2049, "é" * 1025 + "\0s1"],
+)
+def test_a_channel_name_over_its_limits_is_refused_before_it_is_remembered(channel: str):
+    session = ServerSession(SessionLimits(max_session_id_bytes=128))
+    with pytest.raises(ChannelNameTooLong):
+        feed(session, m.AuthToken(channel, "t"))
+    assert session.channel_count == 0
+
+
+def test_a_session_id_at_its_limit_is_accepted():
+    session = ServerSession(SessionLimits(max_session_id_bytes=128))
+    assert feed(session, m.AuthToken("doc\0" + "s" * 128, "t"))[0].document == "doc"
+
+
+def test_a_denied_or_closed_channel_leaves_the_session_without_a_granted_channel():
+    session = ServerSession()
+    assert not session.has_granted_channel()
+    feed(session, TOKEN)
+    session.grant("doc", RW)
+    assert session.has_granted_channel()
+    feed(session, m.AuthToken("doc", "again"))
+    assert session.has_granted_channel()  # re-verifying keeps it attached
+    session.deny("doc", "no")
+    assert not session.has_granted_channel()
