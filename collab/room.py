@@ -32,6 +32,7 @@ from protocol.sync import (
 from .hooks import Hooks
 from .metrics import Metrics
 from .peer import Peer
+from .presence_check import safe_presence
 from .storage import StorageError, Store
 
 log = logging.getLogger(__name__)
@@ -236,6 +237,7 @@ class Room:
     # ---- presence ----------------------------------------------------------------------------
 
     def handle_awareness(self, peer: Peer, payload: bytes) -> None:
+        payload = safe_presence(payload, self._metrics)  # hex colours, bounded names: item 12
         entries = decode_awareness(payload)
         accepted = []
         for entry in entries:

@@ -238,14 +238,14 @@ def create_app(
         )
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(_shell("tether", "index", {"auth": settings.auth}))
+        return _page("tether", "index", {"auth": settings.auth})
 
     async def editor(request: Request) -> Response:
         name = request.path_params["name"]
         if not valid_document_name(name):
             return JSONResponse({"error": "invalid document name"}, status_code=400)
         config = {"auth": settings.auth, "document": name, "ai": settings.ai_provider != "none"}
-        return HTMLResponse(_shell(f"{name} · tether", "editor", config))
+        return _page(f"{name} · tether", "editor", config)
 
     routes = [
         Route("/", index),
@@ -421,7 +421,38 @@ def _static_route() -> Route | Mount:
     return Route("/static/{path:path}", missing)
 
 
-def _shell(title: str, bundle: str, config: dict[str, Any]) -> str:
+def _page(title: str, bundle: str, config: dict[str, Any]) -> Response:
+    """An HTML page with its Content-Security-Policy: scripts only from this server (and the
+    one inline config script, by a nonce fresh per response), images only from this server or
+    data: (a CSS ``url()`` smuggled into a style cannot make the browser fetch elsewhere), no
+    plugins, no framing, no <base>. Inline styles stay allowed: CodeMirror and y-codemirror set
+    style attributes (remote carets' colours), which is why presence colours are checked on
+    the server (protocol.presence) and in the editor. ``no-referrer``: a ``?token=`` in the
+    page's URL is never sent to another site."""
+    nonce = secrets.token_urlsafe(16)
+    policy = "; ".join(
+        (
+            "default-src 'self'",
+            f"script-src 'self' 'nonce-{nonce}'",
+            "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data:",
+            "connect-src 'self'",  # CSP 3: 'self' covers ws:/wss: to this host as well
+            "font-src 'self'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        )
+    )
+    headers = {
+        "Content-Security-Policy": policy,
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+    }
+    return HTMLResponse(_shell(title, bundle, config, nonce), headers=headers)
+
+
+def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str) -> str:
     """The HTML page the browser bundle mounts into; config is JSON that cannot end the script."""
     data = json.dumps(config).replace("<", "\\u003c")
     return (
@@ -429,7 +460,7 @@ def _shell(title: str, bundle: str, config: dict[str, Any]) -> str:
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title>"
         f'<link rel=stylesheet href="/static/{bundle}.css"></head>'
-        f'<body><div id="app"></div><script>window.TETHER = {data};</script>'
+        f'<body><div id="app"></div><script nonce="{nonce}">window.TETHER = {data};</script>'
         f'<script type=module src="/static/{bundle}.js"></script></body></html>'
     )
 
