@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import html
+import ipaddress
 import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs
 
 from prometheus_client import ProcessCollector
 from pycrdt import Text
@@ -152,6 +154,11 @@ def create_app(
         return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai})
 
     async def metrics_endpoint(request: Request) -> Response:
+        refusal = _metrics_refusal(request, settings.metrics_token)
+        if refusal is not None:
+            metrics.limit_refusals.labels("metrics_access").inc()
+            status, reason = refusal
+            return JSONResponse({"error": reason}, status_code=status)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def list_documents(request: Request) -> Response:
@@ -287,7 +294,9 @@ def create_app(
             await ws_endpoint(ws)
         elif path.startswith("/yjs/"):
             query = scope.get("query_string", b"").decode("latin-1")
-            await yjs_endpoint(ws, unquote(path[len("/yjs/") :]), query)
+            # scope["path"] is percent-decoded already (once): decoding again made "rep%2541"
+            # the document "repA", under a token checked for that name.
+            await yjs_endpoint(ws, path[len("/yjs/") :], query)
         else:
             await ws.refuse(1008, "no such endpoint")
 
@@ -463,6 +472,25 @@ def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str) -> str:
         f'<body><div id="app"></div><script nonce="{nonce}">window.TETHER = {data};</script>'
         f'<script type=module src="/static/{bundle}.js"></script></body></html>'
     )
+
+
+def _metrics_refusal(request: Request, token: str) -> tuple[int, str] | None:
+    """Why this request may not read /metrics (status, reason), or None: load, usage and
+    refusal counts are for the operator, not for whoever can reach the port."""
+    if token:
+        header = request.headers.get("authorization", "")
+        given = header[7:] if header.lower().startswith("bearer ") else ""
+        if hmac.compare_digest(given.encode(), token.encode()):
+            return None
+        return 401, "/metrics needs the metrics token (--metrics-token)"
+    host = request.client.host if request.client is not None else ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return 403, "/metrics answers loopback clients only (or set --metrics-token)"
 
 
 def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:
