@@ -3,19 +3,23 @@
 Knows nothing of sockets or frames; returns a ``Grant`` or raises ``AuthError`` with a reason
 that is safe to show the client.
 
-Token claims: ``docs`` (list of glob patterns, e.g. ``["team/*", "readme"]``), ``scope``
-(``read-write`` or ``readonly``), ``exp`` (required), ``sub`` and ``name`` (optional).
+Token claims: ``docs`` (list of path-aware glob patterns, e.g. ``["team/*", "readme"]``: ``*``
+stays within one ``/`` segment, ``**`` crosses them, a lone ``*`` is every document; see
+``doc_globs``), ``scope`` (``read-write`` or ``readonly``; a token without one is readonly),
+``exp`` (required, a number: seconds since the epoch), ``sub`` and ``name`` (optional).
 """
 
 from __future__ import annotations
 
-import fnmatch
+import math
 import time
 from dataclasses import dataclass
 
 import jwt
 
 from protocol.messages import SCOPE_READ_WRITE, SCOPE_READONLY
+
+from .doc_globs import matches
 
 ALGORITHM = "HS256"
 _SCOPES = (SCOPE_READ_WRITE, SCOPE_READONLY)
@@ -36,7 +40,7 @@ class Grant:
     expires_at: float | None
 
     def allows(self, document: str) -> bool:
-        return any(fnmatch.fnmatchcase(document, pattern) for pattern in self.patterns)
+        return any(matches(document, pattern) for pattern in self.patterns)
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (now or time.time()) >= self.expires_at
@@ -62,14 +66,20 @@ class Authenticator:
         if not token:
             raise AuthError("missing token")
         try:
+            # exp is checked below, by us: PyJWT accepts a string "1700000000" (and then the
+            # grant would never expire on a long connection) and fails on infinity.
             claims = jwt.decode(
-                token, self._secret, algorithms=[ALGORITHM], options={"require": ["exp"]}
+                token,
+                self._secret,
+                algorithms=[ALGORITHM],
+                options={"require": ["exp"], "verify_exp": False},
             )
-        except jwt.ExpiredSignatureError as exc:
-            raise AuthError("token expired") from exc
-        except jwt.InvalidTokenError as exc:
+        except (jwt.InvalidTokenError, ValueError, OverflowError, TypeError) as exc:
             raise AuthError("invalid token") from exc
-        return _grant_from_claims(claims)
+        grant = _grant_from_claims(claims)
+        if grant.expired():
+            raise AuthError("token expired")
+        return grant
 
     def authorize(self, token: str, document: str) -> Grant:
         grant = self.verify(token)
@@ -87,18 +97,32 @@ def _grant_from_claims(claims: dict[str, object]) -> Grant:
     docs = claims.get("docs")
     if not isinstance(docs, list) or not all(isinstance(p, str) for p in docs):
         raise AuthError("invalid token: 'docs' must be a list of patterns")
-    scope = claims.get("scope", SCOPE_READ_WRITE)
+    # No scope claim: readonly. Least privilege; a token that means to write says so (tether
+    # token always writes the claim).
+    scope = claims.get("scope", SCOPE_READONLY)
     if scope not in _SCOPES:
         raise AuthError("invalid token: unknown scope")
-    exp = claims.get("exp")
+    expires_at = _expiry(claims.get("exp"))
     subject = str(claims.get("sub", "anonymous"))
     return Grant(
         subject=subject,
         display_name=str(claims.get("name", subject)),
         patterns=tuple(docs),
         scope=str(scope),
-        expires_at=float(exp) if isinstance(exp, int | float) else None,
+        expires_at=expires_at,
     )
+
+
+def _expiry(exp: object) -> float:
+    """``exp`` as a finite number of seconds; a string, bool or huge value is refused."""
+    if not isinstance(exp, bool) and isinstance(exp, int | float):
+        try:
+            value = float(exp)
+        except OverflowError:
+            value = math.inf
+        if math.isfinite(value):
+            return value
+    raise AuthError("invalid token: 'exp' must be a number (seconds since the epoch)")
 
 
 def make_token(

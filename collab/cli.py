@@ -18,7 +18,10 @@ _HELP = {
     "port": "TCP port",
     "data_dir": "directory for the SQLite database",
     "auth": "'jwt' (verify HS256 tokens) or 'none' (no auth: local use only)",
-    "jwt_secret": "HS256 secret for --auth jwt (at least 32 characters)",
+    "jwt_secret": "HS256 secret for --auth jwt (at least 32 characters); prefer the environment"
+    " variable: a flag is visible to every user in ps",
+    "metrics_token": "bearer token /metrics requires (default: none, loopback clients only);"
+    " prefer the environment variable",
     "allowed_origins": "browser origins allowed besides the server's own and loopback",
     "log_level": "debug, info, warning or error",
     "max_frame_bytes": "largest accepted WebSocket message",
@@ -72,6 +75,9 @@ _HELP = {
 }
 
 
+# Settings that are credentials: given as flags they show in ps, so the server warns.
+_SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
+
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
@@ -93,9 +99,23 @@ def main(argv: list[str] | None = None) -> int:
     _add_settings_flags(serve)
 
     token = commands.add_parser("token", help="mint a JWT for the configured secret")
-    token.add_argument("--jwt-secret", dest="jwt_secret")
-    token.add_argument("--docs", default="*", help="comma-separated glob patterns")
-    token.add_argument("--scope", default="read-write", choices=["read-write", "readonly"])
+    token.add_argument(
+        "--jwt-secret",
+        dest="jwt_secret",
+        help="the server's secret; prefer TETHER_JWT_SECRET (a flag is visible in ps)",
+    )
+    token.add_argument(
+        "--docs",
+        default="*",
+        help="comma-separated patterns: '*' and '?' stay within one '/' segment, '**' crosses"
+        " them, a lone '*' is every document (the default)",
+    )
+    token.add_argument(
+        "--scope",
+        default="read-write",
+        choices=["read-write", "readonly"],
+        help="written into the token (the server reads a token without one as readonly)",
+    )
     token.add_argument("--ttl", type=float, default=3600.0, help="seconds until it expires")
     token.add_argument("--sub", default="user")
     token.add_argument("--name", default=None)
@@ -161,6 +181,15 @@ def _serve(args: argparse.Namespace) -> int:
     # faiss logs a ModuleNotFoundError at INFO every start when the CPU has no AVX2 build to
     # load; it then loads the generic one. Not news for an operator.
     logging.getLogger("faiss.loader").setLevel(logging.WARNING)
+    for secret in _SECRET_SETTINGS:
+        if getattr(args, secret, None):
+            flag = "--" + secret.replace("_", "-")
+            logging.getLogger("tether").warning(
+                "%s was given on the command line, where every user of this machine can read it"
+                " (ps, /proc); set TETHER_%s in the environment instead",
+                flag,
+                secret.upper(),
+            )
     import uvicorn
 
     from .server import create_app

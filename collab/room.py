@@ -33,6 +33,7 @@ from .limits import refuse
 from .metrics import Metrics
 from .peer import Peer
 from .presence import Presence, PresenceLimits
+from .presence_check import safe_presence
 from .presence_claims import ClaimRegistry
 from .storage import StorageError, Store
 from .update_guard import (
@@ -296,6 +297,7 @@ class Room:
     # ---- presence ----------------------------------------------------------------------------
 
     def handle_awareness(self, peer: Peer, payload: bytes) -> None:
+        payload = safe_presence(payload, self._metrics)  # hex colours, bounded names: item 12
         body = self.presence.receive(peer, payload)
         if body is not None:
             # Echo to the sender too: y-websocket clients treat silence as a dead connection.

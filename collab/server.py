@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import html
+import ipaddress
 import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote
+from urllib.parse import parse_qs
 
 from prometheus_client import ProcessCollector
 from pycrdt import Text
@@ -171,6 +173,11 @@ def create_app(
         return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai})
 
     async def metrics_endpoint(request: Request) -> Response:
+        refusal = _metrics_refusal(request, settings.metrics_token)
+        if refusal is not None:
+            metrics.limit_refusals.labels("metrics_access").inc()
+            status, reason = refusal
+            return JSONResponse({"error": reason}, status_code=status)
         return Response(metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def list_documents(request: Request) -> Response:
@@ -260,14 +267,14 @@ def create_app(
         )
 
     async def index(request: Request) -> Response:
-        return HTMLResponse(_shell("tether", "index", {"auth": settings.auth}))
+        return _page("tether", "index", {"auth": settings.auth})
 
     async def editor(request: Request) -> Response:
         name = request.path_params["name"]
         if not valid_document_name(name):
             return JSONResponse({"error": "invalid document name"}, status_code=400)
         config = {"auth": settings.auth, "document": name, "ai": settings.ai_provider != "none"}
-        return HTMLResponse(_shell(f"{name} · tether", "editor", config))
+        return _page(f"{name} · tether", "editor", config)
 
     routes = [
         Route("/", index),
@@ -320,7 +327,9 @@ def create_app(
                 await ws_endpoint(ws)
             elif path.startswith("/yjs/"):
                 query = scope.get("query_string", b"").decode("latin-1")
-                await yjs_endpoint(ws, unquote(path[len("/yjs/") :]), query)
+                # scope["path"] is percent-decoded already (once): decoding again made "rep%2541"
+                # the document "repA", under a token checked for that name.
+                await yjs_endpoint(ws, path[len("/yjs/") :], query)
             else:
                 await ws.refuse(1008, "no such endpoint")
         finally:
@@ -461,7 +470,38 @@ def _static_route() -> Route | Mount:
     return Route("/static/{path:path}", missing)
 
 
-def _shell(title: str, bundle: str, config: dict[str, Any]) -> str:
+def _page(title: str, bundle: str, config: dict[str, Any]) -> Response:
+    """An HTML page with its Content-Security-Policy: scripts only from this server (and the
+    one inline config script, by a nonce fresh per response), images only from this server or
+    data: (a CSS ``url()`` smuggled into a style cannot make the browser fetch elsewhere), no
+    plugins, no framing, no <base>. Inline styles stay allowed: CodeMirror and y-codemirror set
+    style attributes (remote carets' colours), which is why presence colours are checked on
+    the server (protocol.presence) and in the editor. ``no-referrer``: a ``?token=`` in the
+    page's URL is never sent to another site."""
+    nonce = secrets.token_urlsafe(16)
+    policy = "; ".join(
+        (
+            "default-src 'self'",
+            f"script-src 'self' 'nonce-{nonce}'",
+            "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data:",
+            "connect-src 'self'",  # CSP 3: 'self' covers ws:/wss: to this host as well
+            "font-src 'self'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        )
+    )
+    headers = {
+        "Content-Security-Policy": policy,
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+    }
+    return HTMLResponse(_shell(title, bundle, config, nonce), headers=headers)
+
+
+def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str) -> str:
     """The HTML page the browser bundle mounts into; config is JSON that cannot end the script."""
     data = json.dumps(config).replace("<", "\\u003c")
     return (
@@ -469,9 +509,28 @@ def _shell(title: str, bundle: str, config: dict[str, Any]) -> str:
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title>"
         f'<link rel=stylesheet href="/static/{bundle}.css"></head>'
-        f'<body><div id="app"></div><script>window.TETHER = {data};</script>'
+        f'<body><div id="app"></div><script nonce="{nonce}">window.TETHER = {data};</script>'
         f'<script type=module src="/static/{bundle}.js"></script></body></html>'
     )
+
+
+def _metrics_refusal(request: Request, token: str) -> tuple[int, str] | None:
+    """Why this request may not read /metrics (status, reason), or None: load, usage and
+    refusal counts are for the operator, not for whoever can reach the port."""
+    if token:
+        header = request.headers.get("authorization", "")
+        given = header[7:] if header.lower().startswith("bearer ") else ""
+        if hmac.compare_digest(given.encode(), token.encode()):
+            return None
+        return 401, "/metrics needs the metrics token (--metrics-token)"
+    host = request.client.host if request.client is not None else ""
+    try:
+        loopback = ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        return None
+    return 403, "/metrics answers loopback clients only (or set --metrics-token)"
 
 
 def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from protocol.yws import (
     YAwareness,
@@ -88,16 +89,25 @@ class YwsConnection:
                 pass  # meaningless from a client; ignore rather than punish
 
     async def _monitor(self) -> CloseConnection:
-        """Keepalive frames, and the decision to close a reader that fell behind."""
+        """Keepalive frames, and the decisions to close: a reader that fell behind, a token that
+        expired (at its expiry, not at the next keepalive after it)."""
         interval = self._ctx.settings.ping_interval
+        loop = asyncio.get_running_loop()
+        next_keepalive = loop.time() + interval
         overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
         try:
             while True:
-                done, _ = await asyncio.wait({overflow}, timeout=interval)
+                wait = next_keepalive - loop.time()
+                expires_at = self._grant.expires_at
+                if expires_at is not None:
+                    wait = min(wait, expires_at - time.time())
+                done, _ = await asyncio.wait({overflow}, timeout=max(0.0, wait))
                 if done:
                     return slow_consumer(self._ctx.metrics, self._outbox)
-                self._outbox.put(KEEPALIVE_FRAME)
                 if self._grant.expired():
                     return CloseConnection(TOKEN_EXPIRED, "token expired")
+                if loop.time() >= next_keepalive:
+                    self._outbox.put(KEEPALIVE_FRAME)
+                    next_keepalive = loop.time() + interval
         finally:
             overflow.cancel()

@@ -52,9 +52,17 @@ def browser() -> Iterator[Browser]:
         launched.close()
 
 
+# Every Content-Security-Policy violation any page reported (the pages must work under it).
+CSP_VIOLATIONS: list[str] = []
+
+
 def open_page(browser: Browser, server: ServerProcess, document: str, token: str) -> Page:
     context = browser.new_context(viewport={"width": 1000, "height": 520})
     page = context.new_page()
+    page.on(
+        "console",
+        lambda m: CSP_VIOLATIONS.append(m.text) if "Content Security Policy" in m.text else None,
+    )
     page.goto(f"{server.http_url}/d/{document}?token={token}")
     expect(page.locator("body")).to_have_attribute("data-synced", "true", timeout=15000)
     return page
@@ -85,6 +93,47 @@ def test_typing_in_one_page_appears_in_the_other_with_the_remote_cursor(
     second.screenshot(path=str(ARTIFACTS / "two-pages-second.png"))
     first.context.close()
     second.context.close()
+    assert CSP_VIOLATIONS == []
+
+
+HOSTILE = "red;background:url(http://attacker.invalid/x.png)"
+
+
+def test_a_readonly_pages_css_colour_never_styles_another_page(
+    browser: Browser, web_server: ServerProcess
+) -> None:
+    victim = open_page(browser, web_server, "web-css", web_server.token(["web-*"]))
+    fetched: list[str] = []
+    victim.on("request", lambda r: fetched.append(r.url))
+    attacker = open_page(
+        browser, web_server, "web-css", web_server.token(["web-*"], scope="readonly")
+    )
+    attacker_id = attacker.evaluate("() => window.tether.ydoc.clientID")
+    attacker.evaluate(
+        """(hostile) => window.tether.provider.setAwarenessField(
+            "user", {name: "Mallory".repeat(50), color: hostile, colorLight: hostile})""",
+        HOSTILE,
+    )
+    item = victim.locator(f'#tether-presence li[data-client-id="{attacker_id}"]')
+    expect(item.locator(".name")).to_have_text(("Mallory" * 50)[:64], timeout=10000)
+    dot_style = item.locator(".dot").get_attribute("style") or ""
+    assert "url" not in dot_style and "attacker" not in dot_style, dot_style
+    # The server dropped the colour; the page's own guard holds even if a server did not:
+    # a hostile state put straight into the page's awareness map is cleaned before use.
+    cleaned = victim.evaluate(
+        """(hostile) => {
+            const aw = window.tether.provider.awareness;
+            aw.states.set(424242, {user: {name: "x".repeat(500), color: hostile}});
+            aw.emit("change", [{added: [424242], updated: [], removed: []}, "test"]);
+            return aw.getStates().get(424242).user;
+        }""",
+        HOSTILE,
+    )
+    assert cleaned == {"name": "x" * 64}, cleaned
+    assert not [url for url in fetched if "attacker.invalid" in url], fetched
+    attacker.context.close()
+    victim.context.close()
+    assert CSP_VIOLATIONS == []
 
 
 def test_a_ghost_suggestion_appears_and_tab_accepts_it_for_everyone(

@@ -24,6 +24,7 @@ import { syntaxHighlighting, defaultHighlightStyle, bracketMatching, indentOnInp
 import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
 import { markdown } from "@codemirror/lang-markdown";
 import { yCollab, yUndoManagerKeymap } from "y-codemirror.next";
+import { guardPresence } from "./presence.js";
 import {
   appRoot,
   config,
@@ -181,6 +182,7 @@ provider = new HocuspocusProvider({
   token,
   document: ydoc,
 });
+guardPresence(provider.awareness); // first listener: remote colours are checked before use
 provider.attach();
 provider.setAwarenessField("user", user);
 
