@@ -72,6 +72,14 @@ _HELP = {
     "openai_model": "model name sent upstream",
     "openai_api_key": "bearer key for the upstream",
     "openai_api": "chat (/chat/completions) or completions (/completions)",
+    "store": "'' (SQLite in data_dir) or postgresql://user@host:port/db shared by all nodes",
+    "bus": "redis://host:port/0: relays committed updates and presence between nodes",
+    "node_id": "this node's name on the bus and in /health (default: host-pid)",
+    "store_outage_timeout": "seconds writes wait (unacked) for PostgreSQL before failing",
+    "store_queue_bytes": "bytes of writes that may wait for PostgreSQL; more fail at once",
+    "bus_stream_length": "entries kept in each document's Redis stream (approximate)",
+    "bus_reconcile_interval": "seconds between checks of loaded documents against PostgreSQL",
+    "bus_presence_ttl": "seconds another node's editor's presence lasts without news",
 }
 
 

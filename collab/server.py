@@ -33,6 +33,7 @@ from protocol.session import QueueBudget
 from .address_limit import ConnectionsPerAddress
 from .auth import Authenticator, AuthError, Grant
 from .close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
+from .cluster import Cluster, build_store
 from .config import Settings
 from .context import ServerContext, valid_document_name
 from .hooks import Hooks
@@ -42,7 +43,6 @@ from .origins import OriginPolicy
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
 from .rooms import DocumentQuarantined, RoomManager
-from .sqlite_store import SQLiteStore
 from .storage import Store
 from .yws_connection import YwsConnection
 from .yws_connection import authorize as authorize_yws
@@ -113,9 +113,7 @@ def create_app(
             )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         async with contextlib.AsyncExitStack() as stack:
-            backend = await stack.enter_async_context(
-                store or SQLiteStore(settings.data_dir / "tether.db")
-            )
+            backend = await stack.enter_async_context(store or build_store(settings, metrics))
             rooms = RoomManager(
                 backend,
                 hooks=hooks,
@@ -136,6 +134,9 @@ def create_app(
                 ),
             )
             stack.push_async_callback(rooms.close)
+            cluster = await stack.enter_async_context(Cluster(settings, backend, rooms, metrics))
+            hooks.add(cluster)
+            holder["cluster"] = cluster
             engine = await _start_ai(settings, stack, metrics)
             if engine is not None:
                 hooks.add(engine)
@@ -170,7 +171,11 @@ def create_app(
             ai = engine.status.current.health()
         else:
             ai = {"state": "off", "reason": "AI suggestions are off (--ai-provider none)"}
-        return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai})
+        body = {"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai}
+        body.update(await holder["cluster"].health())  # node, database, bus
+        if body["database"]["state"] != "ok":
+            body["status"] = "degraded"  # edits wait, unacked, until the database returns
+        return JSONResponse(body)
 
     async def metrics_endpoint(request: Request) -> Response:
         refusal = _metrics_refusal(request, settings.metrics_token)
