@@ -154,7 +154,7 @@ class Cluster:
         if bus is None:
             return
         name = room.name
-        bus.subscribe(name)
+        await bus.subscribe(name)
         presence = RemotePresence(
             self._settings.bus_presence_ttl, self._settings.awareness_document_bytes
         )

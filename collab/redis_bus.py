@@ -100,8 +100,20 @@ class RedisBus:
 
     # -- subscriptions -----------------------------------------------------------------------
 
-    def subscribe(self, name: str) -> None:
+    async def subscribe(self, name: str) -> None:
+        """Read the document's stream from its current end on (earlier entries are in
+        PostgreSQL: the caller backfills after this). Asks Redis now, so that nothing sent
+        after this returns is missed; if Redis does not answer, the read loop retries."""
         self._wanted.add(name)
+        if name in self._last_ids or self._pub is None:
+            return
+        try:
+            newest = await asyncio.wait_for(self._pub.xrevrange(stream_key(name), count=1), 1.0)
+        except (RedisError, OSError, TimeoutError) as exc:
+            self._down(exc)
+            return
+        if name in self._wanted and name not in self._last_ids:
+            self._last_ids[name] = newest[0][0] if newest else b"0-0"
 
     def unsubscribe(self, name: str) -> None:
         self._wanted.discard(name)

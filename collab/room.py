@@ -149,7 +149,7 @@ class Room:
         self.peers.add(peer)
         self._acks[peer] = _AckQueue(peer)
         peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
-        if self.presence.entries:
+        if self.presence.entries or (self.remote_presence and self.remote_presence()):
             self.send_presence(peer)
 
     def detach(self, peer: Peer) -> None:
