@@ -88,6 +88,8 @@ _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
+_CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback balancer"
+_CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 
 
@@ -128,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--sub", default="user")
     token.add_argument("--name", default=None)
 
+    cluster = commands.add_parser("cluster", help=_CLUSTER_HELP)
+    if "cluster" in (sys.argv[1:] if argv is None else argv):
+        from .bench.cluster_launch import add_cluster_arguments
+
+        add_cluster_arguments(cluster)
+
     bench = commands.add_parser("bench", help="benchmarks (not tests)")
     bench_kinds = bench.add_subparsers(dest="bench", required=True)
     words = sys.argv[1:] if argv is None else argv
@@ -143,18 +151,30 @@ def main(argv: list[str] | None = None) -> int:
         add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
         add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
         add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
+        from .bench.cluster_sync import add_cluster_bench_arguments
+
+        add_cluster_bench_arguments(bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
         bench_kinds.add_parser("model", help=_MODEL_HELP)
         bench_kinds.add_parser("startup", help=_STARTUP_HELP)
         bench_kinds.add_parser("worker", help=_WORKER_HELP)
+        bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "token":
         return _token(args)
+    if args.command == "cluster":
+        from .bench.cluster_launch import run_cluster
+
+        return run_cluster(args)
+    if args.bench == "cluster":
+        from .bench.cluster_sync import run_cluster_bench
+
+        return run_cluster_bench(args)
     if args.bench == "worker":
         from .bench.worker_hop import run_worker_bench
 
