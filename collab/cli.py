@@ -77,6 +77,7 @@ _HELP = {
     "node_id": "this node's name on the bus and in /health (default: host-pid)",
     "store_outage_timeout": "seconds writes wait (unacked) for PostgreSQL before failing",
     "store_queue_bytes": "bytes of writes that may wait for PostgreSQL; more fail at once",
+    "bus_queue_bytes": "bytes waiting to be published to Redis; beyond it entries are dropped",
     "bus_stream_length": "entries kept in each document's Redis stream (approximate)",
     "bus_reconcile_interval": "seconds between checks of loaded documents against PostgreSQL",
     "bus_presence_ttl": "seconds another node's editor's presence lasts without news",

@@ -45,6 +45,7 @@ from .storage import StorageError, Store
 log = logging.getLogger(__name__)
 
 REMOTE_ORIGIN = "cluster"
+_GAP_GRACE_S = 0.2
 
 
 def build_store(settings: Settings, metrics: Metrics) -> Store:
@@ -78,14 +79,14 @@ class RemotePresence:
         for entry in decode_awareness(payload, max_state_bytes=self._max_bytes):
             old = self._entries.pop(entry.client_id, None)
             if old is not None:
-                self._bytes -= len(old[0].state)
+                self._bytes -= _cost(old[0])
             if entry.removed:
                 kept = True
                 continue
-            if self._bytes + len(entry.state) > self._max_bytes:
+            if self._bytes + _cost(entry) > self._max_bytes:
                 continue  # over the document's presence bound: dropped, as locally
             self._entries[entry.client_id] = (entry, now + self._ttl)
-            self._bytes += len(entry.state)
+            self._bytes += _cost(entry)
             kept = True
         return kept
 
@@ -94,11 +95,15 @@ class RemotePresence:
         gone = [entry for entry, until in self._entries.values() if until <= now]
         for entry in gone:
             del self._entries[entry.client_id]
-            self._bytes -= len(entry.state)
+            self._bytes -= _cost(entry)
         if not gone:
             return None
         nulls = [AwarenessEntry(e.client_id, e.clock + 1, "null") for e in gone]
         return write_var_uint8_array(encode_awareness(nulls))
+
+
+def _cost(entry: AwarenessEntry) -> int:
+    return len(entry.state) + 24  # an empty state still costs its id, clock and slot
 
 
 class Cluster:
@@ -119,6 +124,7 @@ class Cluster:
         self._backfilling: dict[str, asyncio.Task[None]] = {}
         self._again: set[str] = set()  # asked to backfill while one ran
         self._presence: dict[str, RemotePresence] = {}
+        self._gap_timers: dict[str, asyncio.TimerHandle] = {}
         self.backfills = 0
 
     async def __aenter__(self) -> Cluster:
@@ -127,7 +133,7 @@ class Cluster:
                 self._settings.bus,
                 self.node_id,
                 stream_length=self._settings.bus_stream_length,
-                queue_bytes=self._settings.store_queue_bytes,
+                queue_bytes=self._settings.bus_queue_bytes,
                 on_update=self._remote_update,
                 on_presence=self._remote_presence,
                 on_reconnect=self._backfill_all,
@@ -139,6 +145,9 @@ class Cluster:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for timer in self._gap_timers.values():
+            timer.cancel()
+        self._gap_timers.clear()
         for task in [*self._tasks, *self._backfilling.values()]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._backfilling.values(), return_exceptions=True)
@@ -187,7 +196,21 @@ class Cluster:
         if room.apply_remote(update, REMOTE_ORIGIN):
             mark.add(seq)
         if not mark.holds(seq) or mark.ahead:
-            self._backfill(name)  # a gap before it (or it needs what the gap holds)
+            self._backfill_if_gap_stays(name)
+
+    def _backfill_if_gap_stays(self, name: str) -> None:
+        """A gap below what arrived: usually an entry still on its way (nodes commit in seq
+        order but publish independently), so wait a moment before asking PostgreSQL; asking
+        at once would turn every cross-node burst into a query per entry."""
+        if name in self._gap_timers:
+            return
+
+        def check() -> None:
+            del self._gap_timers[name]
+            if self._pg is not None and self._pg.watermark(name).ahead:
+                self._backfill(name)
+
+        self._gap_timers[name] = asyncio.get_running_loop().call_later(_GAP_GRACE_S, check)
 
     def _remote_presence(self, name: str, body: bytes) -> None:
         room = self._room(name)
@@ -272,4 +295,6 @@ class Cluster:
             if not reachable:
                 database["error"] = self._pg.last_error
         bus = {"state": "off"} if self._bus is None else self._bus.health()
+        if self._bus is not None:
+            bus["backfills"] = self.backfills
         return {"node": self.node_id, "database": database, "bus": bus}

@@ -113,6 +113,9 @@ class Settings:
     # bytes of writes wait, beyond it new ones fail at once.
     store_outage_timeout: float = 30.0
     store_queue_bytes: int = 64 * 1024 * 1024
+    # Updates and presence waiting to be published while Redis is slow; beyond it they are
+    # dropped (counted) and reconciliation from PostgreSQL delivers the updates.
+    bus_queue_bytes: int = 16 * 1024 * 1024
     bus_stream_length: int = 10_000  # entries kept per document stream (approximate trim)
     # Every loaded document's head is compared with PostgreSQL this often: what the bus lost
     # (Redis down, a node killed between COMMIT and XADD) is backfilled within it.

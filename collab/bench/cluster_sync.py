@@ -67,7 +67,11 @@ async def drive(args: argparse.Namespace, urls: list[str], token: str) -> dict[s
     rng = random.Random(args.seed)
     recorder = SplitRecorder()
     editors = [
-        NodeEditor(f"e{i}", f"bench-{i % args.docs}", "tether", recorder, node=i % len(urls))
+        # Editor i edits document i % docs on node (i // docs) % nodes: every document has
+        # editors on every node.
+        NodeEditor(
+            f"e{i}", f"bench-{i % args.docs}", "tether", recorder, node=(i // args.docs) % len(urls)
+        )
         for i in range(args.editors)
     ]
     for editor in editors:
