@@ -255,10 +255,12 @@ class Cluster:
         if room is None:
             return
         self.backfills += 1
-        if missing.snapshot is not None and room.apply_remote(missing.snapshot, REMOTE_ORIGIN):
+        if missing.snapshot is not None:
+            room.apply_remote(missing.snapshot, REMOTE_ORIGIN, in_order=True)
             mark.raise_to(missing.snapshot_seq)
         for seq, update in missing.updates:
-            if not mark.holds(seq) and room.apply_remote(update, REMOTE_ORIGIN):
+            if not mark.holds(seq):
+                room.apply_remote(update, REMOTE_ORIGIN, in_order=True)
                 mark.add(seq)
 
     async def _reconcile_loop(self) -> None:

@@ -9,8 +9,8 @@ told by ``on_reconnect``; the cluster then backfills from PostgreSQL. Redis is n
 copy of anything acked: updates are published after COMMIT.
 
 Publishing never waits for Redis on the hot path: entries go to a queue bounded in bytes
-(``bus_queue_bytes``... beyond it they are dropped and counted, and reconciliation brings them)
-that one task drains into pipelined XADDs.
+(``bus_queue_bytes``; beyond it they are dropped and counted, and reconciliation delivers the
+updates) that one task drains into pipelined XADDs.
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ class RedisBus:
         PostgreSQL: the caller backfills after this). Asks Redis now, so that nothing sent
         after this returns is missed; if Redis does not answer, the read loop retries."""
         self._wanted.add(name)
-        if name in self._last_ids or self._pub is None:
-            return
+        if name in self._last_ids or self._pub is None or not self.connected:
+            return  # Redis is down: the read loop starts this stream when it is back
         try:
             newest = await asyncio.wait_for(self._pub.xrevrange(stream_key(name), count=1), 1.0)
         except (RedisError, OSError, TimeoutError) as exc:

@@ -327,14 +327,20 @@ class Room:
         """Another node's presence body, to every peer here."""
         self._broadcast(body, exclude=None, sync=False)
 
-    def apply_remote(self, update: bytes, origin: object) -> bool:
+    def apply_remote(self, update: bytes, origin: object, *, in_order: bool = False) -> bool:
         """An update another node committed: applied and sent to every peer here, not stored
-        (it is). False if its dependencies are missing here (the caller backfills first)."""
+        (it is). False if its dependencies are missing here (the caller backfills first);
+        ``in_order`` (everything numbered before it is applied) parks it as pending instead,
+        as a load does: what it lacks was never committed, and waiting would wait forever."""
         try:
             scan = scan_update(update)
             parents = self.guard.check(scan)
         except MissingDependencies:
-            return False
+            if not in_order:
+                return False
+            apply_update(self.doc, update, origin=origin)
+            self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
+            return True
         except (MalformedUpdate, UpdateRefused) as exc:
             # Another node's guard admitted it; ours must not loop on it.
             log.error("skipped a committed update of %r from another node: %s", self.name, exc)
