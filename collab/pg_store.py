@@ -232,6 +232,7 @@ class PostgresStore(Store):
         self.available = False  # the last database round trip worked
         self.last_error = ""
         self._outage_logged = False
+        self._refusal_logged = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -310,6 +311,9 @@ class PostgresStore(Store):
         elif self._queued_bytes + len(data) > self._queue_bytes and self._queued_bytes:
             if self._on_refusal is not None:
                 self._on_refusal("store_queue_bytes")
+            if not self._refusal_logged:  # once per backlog, not per write
+                self._refusal_logged = True
+                log.error("%d bytes wait for PostgreSQL: refusing new writes", self._queued_bytes)
             future.set_exception(
                 StorageError(
                     f"cannot {kind} {name!r}: {self._queued_bytes} bytes wait for the database"
@@ -496,6 +500,8 @@ class PostgresStore(Store):
 
     def _settled(self, op: _Op) -> None:
         self._queued_bytes -= len(op.data)
+        if not self._queued_bytes:
+            self._refusal_logged = False
         if op.kind == "append":
             waiting = self._uncommitted.get(op.name)
             if waiting:

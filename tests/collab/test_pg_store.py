@@ -179,3 +179,29 @@ async def test_an_outage_longer_than_the_timeout_fails_the_writes_clearly(
             finally:
                 postgres.start()
             assert await store.append("doc", b"after") == 2
+
+
+@pytest.mark.anyio
+async def test_writes_beyond_store_queue_bytes_fail_at_once_while_the_database_is_down(
+    own_postgres: PostgresServer,
+):
+    postgres = own_postgres
+    dsn = postgres.create_database("backlog")
+    refused: list[str] = []
+    with anyio.fail_after(60):
+        async with PostgresStore(
+            dsn, outage_timeout=60, queue_bytes=1000, on_refusal=refused.append
+        ) as store:
+            await store.append("doc", b"before")
+            postgres.stop()
+            try:
+                # Counted when called (the ordering contract), so the bound holds at once.
+                waiting = asyncio.ensure_future(store.append("doc", b"x" * 900))
+                with pytest.raises(StorageError):
+                    await store.append("doc", b"y" * 200)  # over the bound: refused now
+                assert refused == ["store_queue_bytes"]
+                assert not waiting.done()
+            finally:
+                postgres.start()
+            assert await waiting == 2  # the one within the bound commits when it returns
+            assert await store.append("doc", b"y" * 200) == 3
