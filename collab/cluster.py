@@ -286,7 +286,8 @@ class Cluster:
 
     async def health(self) -> dict[str, Any]:
         if self._pg is None:
-            database: dict[str, Any] = {"backend": "sqlite", "state": "ok"}
+            backend = "sqlite" if isinstance(self._store, SQLiteStore) else "memory"
+            database: dict[str, Any] = {"backend": backend, "state": "ok"}
         else:
             try:
                 reachable = await asyncio.wait_for(self._pg.ping(), 2.0)
