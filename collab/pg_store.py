@@ -168,7 +168,6 @@ class _Op:
     data: bytes
     future: asyncio.Future[Any]
     seq: int = 0  # append: its number, once its batch has run
-    local: int = 0  # append: this store's own count, for on_enqueue/on_commit
     # compact: what the caller's snapshot holds: the watermark when it called, and its own
     # appends called before (numbered later, when their batches run)
     held: SeqWatermark | None = None
@@ -197,9 +196,8 @@ class _Row:
 class PostgresStore(Store):
     """A Store in one PostgreSQL database, shared by any number of nodes.
 
-    The cluster sets two callbacks: ``on_enqueue(name, local_id, update)`` when an append is
-    called (``local_id`` numbers this store's appends), and ``on_commit([(name, seq, local_id),
-    ...])`` with the appends of each committed transaction, before their futures resolve.
+    ``on_commit`` (set by the cluster) is called on the event loop with the appends of each
+    committed transaction, in seq order per document, before their futures resolve.
     """
 
     def __init__(
@@ -216,9 +214,7 @@ class PostgresStore(Store):
             raise ValueError("max_batch must be at least 1")
         self.dsn = dsn
         self.commits = 0
-        self.on_enqueue: Callable[[str, int, bytes], None] | None = None
-        self.on_commit: Callable[[list[tuple[str, int, int]]], None] | None = None
-        self._next_local = 0
+        self.on_commit: Callable[[list[Committed]], None] | None = None
         self._on_refusal = on_refusal
         self._max_batch = max_batch
         self._outage_timeout = outage_timeout
@@ -328,13 +324,6 @@ class PostgresStore(Store):
             op = _Op(kind, name, data, future)
             if kind == "append":
                 self._uncommitted.setdefault(name, []).append(op)
-                self._next_local += 1
-                op.local = self._next_local
-                if self.on_enqueue is not None:
-                    try:
-                        self.on_enqueue(name, op.local, data)
-                    except Exception:  # the relay must never hold up a write
-                        log.exception("on_enqueue failed")
             elif kind == "compact":
                 # Read now, at call time: the caller took the snapshot in this same step.
                 held = self.watermark(name)
@@ -494,7 +483,7 @@ class PostgresStore(Store):
             self.watermark(name).add(seq)
         if committed and self.on_commit is not None:
             try:
-                self.on_commit([(op.name, op.seq, op.local) for op in ops if op.seq])
+                self.on_commit(committed)
             except Exception:  # the bus must never hold up an ack
                 log.exception("on_commit failed")
         for op, result in zip(ops, results, strict=True):

@@ -1,13 +1,12 @@
 """The relay between nodes: one Redis stream per document, read by every node that has it loaded.
 
-Knows nothing of rooms or Yjs: it carries, tagged with the sending node, "early" entries
-(document, local id, update) as updates are applied, markers (document, local id, seq) once
-they are committed, and presence bodies. Streams, not pub/sub: a
+Knows nothing of rooms or Yjs: it carries (document, seq, bytes) for committed updates and
+(document, bytes) for presence bodies, tagged with the sending node. Streams, not pub/sub: a
 reader names the last entry it saw, so a slow or briefly disconnected reader misses nothing
 that is still in the stream, and a reader that does miss something (Redis restarted without
 persistence, a node killed between COMMIT and XADD) sees a gap in the sequence numbers or is
 told by ``on_reconnect``; the cluster then backfills from PostgreSQL. Redis is never the only
-copy of anything acked: a seq is published only after COMMIT, and PostgreSQL has the bytes.
+copy of anything acked: updates are published after COMMIT.
 
 Publishing never waits for Redis on the hot path: entries go to a queue bounded in bytes
 (``bus_queue_bytes``; beyond it they are dropped and counted, and reconciliation delivers the
@@ -19,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -35,8 +33,7 @@ _KEY_TTL_S = 24 * 3600  # a document nobody edits for a day leaves Redis
 _RETRY_FIRST_S = 0.1
 _RETRY_MAX_S = 2.0
 
-EarlyHandler = Callable[[str, bytes, int, bytes], None]  # name, node, local id, update
-MarkerHandler = Callable[[str, bytes, int, int], None]  # name, node, local id, seq
+UpdateHandler = Callable[[str, int, bytes], None]
 PresenceHandler = Callable[[str, bytes], None]
 
 
@@ -52,21 +49,17 @@ class RedisBus:
         *,
         stream_length: int,
         queue_bytes: int,
-        on_early: EarlyHandler,
-        on_marker: MarkerHandler,
+        on_update: UpdateHandler,
         on_presence: PresenceHandler,
         on_reconnect: Callable[[], None],
         on_drop: Callable[[], None] | None = None,
     ) -> None:
         self.url = url
         self.node_id = node_id
-        # The tag on our entries: the node id plus this process's own nonce, so a restarted
-        # node's local ids never match what others remember of its previous life.
-        self._node = f"{node_id}/{secrets.token_hex(4)}".encode()
+        self._node = node_id.encode()
         self._stream_length = stream_length
         self._queue_bytes = queue_bytes
-        self._on_early = on_early
-        self._on_marker = on_marker
+        self._on_update = on_update
         self._on_presence = on_presence
         self._on_reconnect = on_reconnect
         self._on_drop = on_drop
@@ -128,17 +121,9 @@ class RedisBus:
 
     # -- publishing --------------------------------------------------------------------------
 
-    def publish_early(self, name: str, local: int, data: bytes) -> None:
-        """An update as it is applied, before its COMMIT (local fan-out does not wait either)."""
-        self._queue(name, {b"k": b"e", b"n": self._node, b"l": str(local).encode(), b"d": data})
-
-    def publish_markers(self, items: list[tuple[str, int, int]]) -> None:
-        """(name, seq, local id) of committed updates: which early entry got which number."""
-        for name, seq, local in items:
-            fields = {b"k": b"m", b"n": self._node, b"l": str(local).encode()}
-            fields[b"s"] = str(seq).encode()
-            fields[b"d"] = b""
-            self._queue(name, fields)
+    def publish_updates(self, items: list[tuple[str, int, bytes]]) -> None:
+        for name, seq, data in items:
+            self._queue(name, {b"k": b"u", b"n": self._node, b"s": str(seq).encode(), b"d": data})
 
     def publish_presence(self, name: str, body: bytes) -> None:
         self._queue(name, {b"k": b"p", b"n": self._node, b"d": body})
@@ -229,10 +214,8 @@ class RedisBus:
         self.received += 1
         kind = fields.get(b"k")
         try:
-            if kind == b"e":
-                self._on_early(name, bytes(fields[b"n"]), int(fields[b"l"]), bytes(fields[b"d"]))
-            elif kind == b"m":
-                self._on_marker(name, bytes(fields[b"n"]), int(fields[b"l"]), int(fields[b"s"]))
+            if kind == b"u":
+                self._on_update(name, int(fields[b"s"]), bytes(fields[b"d"]))
             elif kind == b"p":
                 self._on_presence(name, bytes(fields[b"d"]))
         except Exception:  # a bad entry or a handler's bug must not stop the relay
