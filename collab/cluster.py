@@ -32,7 +32,6 @@ Without a bus (SQLite, or PostgreSQL alone) this is just the store choice and ``
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -202,9 +201,11 @@ class Cluster:
         mark = self._pg.watermark(name)
         if mark.holds(seq):
             return
-        if room.apply_remote(update, REMOTE_ORIGIN):
-            mark.add(seq)
-        if not mark.holds(seq) or mark.ahead:
+        if not room.apply_remote(update, REMOTE_ORIGIN):
+            self._backfill(name)  # it needs what we lack: PostgreSQL has it, in order
+            return
+        mark.add(seq)
+        if mark.ahead:
             self._backfill_if_gap_stays(name)
 
     def _backfill_if_gap_stays(self, name: str) -> None:
@@ -285,11 +286,16 @@ class Cluster:
             names = [name for name in self._rooms.rooms if self._room(name) is not None]
             if not names:
                 continue
-            with contextlib.suppress(StorageError):
+            try:
                 heads = await self._pg.heads(names)
-                for name, head in heads.items():
-                    if head > self._pg.watermark(name).mark:
-                        self._backfill(name)
+            except StorageError:
+                continue  # the database is down: the next round tries again
+            except Exception:  # this loop is the safety net: it must never die
+                log.exception("reconciliation failed; retrying")
+                continue
+            for name, head in heads.items():
+                if head > self._pg.watermark(name).mark:
+                    self._backfill(name)
 
     # -- /health -----------------------------------------------------------------------------
 

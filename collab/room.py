@@ -338,6 +338,7 @@ class Room:
         except MissingDependencies:
             if not in_order:
                 return False
+            log.warning("a committed update of %r lacks dependencies: pending", self.name)
             apply_update(self.doc, update, origin=origin)
             self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
             return True

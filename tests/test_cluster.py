@@ -183,6 +183,10 @@ async def _kill_mid_burst(cluster: Nodes, dsn: str, name: str) -> None:
             for e in range(3):
                 tg.start_soon(stream, e)
             await docs[0].wait(lambda: acked(0) >= 60 and acked(1) >= 30, 30, "acks")
+            # A burst written straight to the socket, then the kill: they are in flight.
+            for _ in range(30):
+                await docs[0].append(tok(0, sent[0]))
+                sent[0] += 1
             cluster[0].kill()
             await docs[0].peer.wait_closed(timeout=10)  # every ack that reached us is counted
             # The survivors go on a little, then stop.
