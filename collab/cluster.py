@@ -38,8 +38,8 @@ import socket
 import time
 from typing import Any
 
-from protocol.lib0 import Decoder, write_var_uint8_array
-from protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
+from tether.protocol.lib0 import Decoder, write_var_uint8_array
+from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
 
 from .config import Settings
 from .metrics import Metrics

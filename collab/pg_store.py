@@ -36,7 +36,7 @@ from typing import Any, Literal, Self
 
 import asyncpg
 
-from collab.storage import DocumentInfo, Lifecycle, StorageError, Store
+from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store
 
 log = logging.getLogger(__name__)
 

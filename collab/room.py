@@ -18,8 +18,8 @@ from typing import Any
 
 from pycrdt import Doc
 
-from protocol.lib0 import write_var_uint8_array
-from protocol.sync import (
+from tether.protocol.lib0 import write_var_uint8_array
+from tether.protocol.sync import (
     EMPTY_UPDATE,
     AwarenessEntry,
     SyncMessage,
@@ -28,7 +28,7 @@ from protocol.sync import (
     SyncUpdate,
     encode_awareness,
 )
-from protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
 from .limits import refuse

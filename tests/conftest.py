@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from collab.bench.engines import PostgresServer, RedisServer, postgres_bindir, redis_binary
 from tests.serverproc import ServerProcess
+from tether.collab.bench.engines import PostgresServer, RedisServer, postgres_bindir, redis_binary
 
 
 @pytest.fixture

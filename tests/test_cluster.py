@@ -21,9 +21,9 @@ import pytest
 from pycrdt import Doc, Text
 from websockets.exceptions import ConnectionClosed
 
-from collab.bench.engines import PostgresServer, RedisServer
 from tests.rawpeer import MuxPeer, RawDoc
 from tests.serverproc import ServerProcess
+from tether.collab.bench.engines import PostgresServer, RedisServer
 
 pytestmark = pytest.mark.anyio
 

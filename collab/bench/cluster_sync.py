@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from protocol.sync import SyncUpdate
+from tether.protocol.sync import SyncUpdate
 
 from .engines import PostgresServer, RedisServer
 from .launcher import ServerProcess

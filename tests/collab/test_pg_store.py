@@ -12,9 +12,9 @@ import anyio
 import asyncpg
 import pytest
 
-from collab.bench.engines import PostgresServer
-from collab.pg_store import PostgresStore, SeqWatermark
-from collab.storage import StorageError
+from tether.collab.bench.engines import PostgresServer
+from tether.collab.pg_store import PostgresStore, SeqWatermark
+from tether.collab.storage import StorageError
 
 TIMEOUT = 30
 
