@@ -39,6 +39,11 @@ class Metrics:
             registry=r,
         )
         self.compactions = Counter("tether_compactions_total", "Update logs folded", registry=r)
+        self.reloads = Counter(
+            "tether_document_reloads_total",
+            "Documents rebuilt from storage after an update failed part-way through yrs",
+            registry=r,
+        )
         self.closes = Counter(
             "tether_connection_closes_total",
             "Connections closed by the server",

@@ -74,6 +74,9 @@ class RoomManager:
                     del self._unloading[name]
                 continue
             room = self._rooms.get(name)
+            if room is not None and room.reloading:
+                await room.reloaded()  # nobody new reads or joins a doc being rebuilt
+                continue
             if room is not None and not room.closing:
                 self._cancel_unload_timer(name)
                 return room
@@ -103,12 +106,21 @@ class RoomManager:
         if self._loading.get(name) is future:
             del self._loading[name]
 
-    async def _load(self, name: str) -> Room:
+    async def _read(self, name: str) -> tuple[Doc, UpdateGuard, int]:
+        """The stored document, through a fresh guard, and how many log entries it has."""
         updates = await self._store.load(name)
         doc = Doc()
         guard = UpdateGuard(self._max_nesting_depth)
         for update in updates:
             _load_stored(name, doc, guard, update)
+        return doc, guard, max(len(updates) - 1, 0)
+
+    async def _reread(self, name: str) -> tuple[Doc, UpdateGuard]:
+        doc, guard, _ = await self._read(name)
+        return doc, guard
+
+    async def _load(self, name: str) -> Room:
+        doc, guard, log_entries = await self._read(name)
         room = Room(
             name,
             doc,
@@ -117,9 +129,10 @@ class RoomManager:
             metrics=self._metrics,
             compact_threshold=self._compact_threshold,
             guard=guard,
-            log_entries=max(len(updates) - 1, 0),
+            log_entries=log_entries,
             presence_limits=self._presence_limits,
             claims=self._claims,
+            reload=lambda: self._reread(name),
         )
         room.on_empty = self._schedule_unload
         self._rooms[name] = room
