@@ -255,3 +255,40 @@ async def test_fuzzed_updates_leave_live_stored_and_reloaded_documents_equal(
         response = await rest(server, "fuzz")
         assert response.status_code == 200, response.text
         assert response.json()["text"] == live
+
+
+# ---- item 4: a refused update leaves no trace ------------------------------------------------
+
+
+def good_then_orphaned(text_parent_client: int) -> bytes:
+    """Two items by client 88: a valid insert into the root text, then one whose parent is a
+    *string* item (not a shared type). yrs integrates the first, fails on the second, and does
+    not roll back: without the guard "GOOD" stayed in the server's doc, though refused."""
+    out = write_var_uint(1) + write_var_uint(2) + write_var_uint(88) + write_var_uint(0)
+    out += bytes([4]) + write_var_uint(1) + write_var_string(TEXT) + write_var_string("GOOD")
+    out += bytes([4]) + write_var_uint(0) + write_var_uint(text_parent_client) + write_var_uint(0)
+    return out + write_var_string("BAD") + write_var_uint(0)
+
+
+async def test_an_update_yrs_would_half_apply_leaves_no_trace(plain_server: ServerProcess) -> None:
+    server = plain_server
+    token = server.token()
+    seed = Doc(client_id=1)
+    seed.get(TEXT, type=Text).insert(0, "hello")
+    async with (
+        await MuxPeer.connect(server.ws_url) as author,
+        await MuxPeer.connect(server.ws_url) as attacker,
+    ):
+        doc = await author.open("halfway", token)
+        await doc.send_update(seed.get_update())
+        await doc.wait_acked()
+        hostile = await attacker.open("halfway", token)
+        await hostile.send_update(good_then_orphaned(text_parent_client=1))
+        assert await attacker.wait_closed() == 1002
+        await doc.append(" world")  # the author's socket is untouched
+        await doc.wait_acked()
+        async with await MuxPeer.connect(server.ws_url) as reader:
+            fresh = await reader.open("halfway", token)
+            await fresh.wait_text("hello world")
+            assert "GOOD" not in str(fresh) and "GOOD" not in str(doc)
+    assert (await rest(server, "halfway")).json()["text"] == "hello world"
