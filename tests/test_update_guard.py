@@ -292,3 +292,51 @@ async def test_an_update_yrs_would_half_apply_leaves_no_trace(plain_server: Serv
             await fresh.wait_text("hello world")
             assert "GOOD" not in str(fresh) and "GOOD" not in str(doc)
     assert (await rest(server, "halfway")).json()["text"] == "hello world"
+
+
+def crafted_delete(client: int, clock: int, length: int) -> bytes:
+    """An update of no structs that deletes ``length`` clocks of ``client`` from ``clock``."""
+    return (
+        write_var_uint(0)
+        + write_var_uint(1)
+        + write_var_uint(client)
+        + write_var_uint(1)
+        + (write_var_uint(clock) + write_var_uint(length))
+    )
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        pytest.param(crafted_insert((1, 1), (1, 2), "X"), id="insert-between-the-halves"),
+        pytest.param(crafted_delete(1, 2, 1), id="delete-one-half"),
+    ],
+)
+async def test_an_edit_inside_an_emoji_is_refused_so_live_and_reloaded_agree(
+    tmp_path: Path, hostile: bytes
+) -> None:
+    """Clocks count UTF-16 units; yrs keeps UTF-8 and cannot split a character there: live it
+    put "X" after the emoji, rebuilt from storage after the "b" (and a half-delete took the
+    "b"). Whole-character edits around an emoji are ordinary editing."""
+    seed = Doc(client_id=1)
+    seed.get(TEXT, type=Text).insert(0, "a😀b")
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        token = server.token()
+        async with (
+            await MuxPeer.connect(server.ws_url) as author,
+            await MuxPeer.connect(server.ws_url) as attacker,
+        ):
+            doc = await author.open("emoji", token)
+            await doc.send_update(seed.get_update())
+            await doc.wait_acked()
+            await (await attacker.open("emoji", token)).send_update(hostile)
+            assert await attacker.wait_closed() == 1002
+            await doc.send_update(crafted_insert((1, 2), (1, 3), "X"))  # after the emoji
+            await doc.send_update(crafted_delete(1, 0, 1))  # the "a"
+            await doc.wait_acked()
+            assert all(doc.statuses)
+        assert (await rest(server, "emoji")).json()["text"] == "😀Xb"
+        metrics = await metrics_text(server)
+        assert metric_value(metrics, "tether_update_refusals_total", limit="split-character") == 1
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        assert (await rest(server, "emoji")).json()["text"] == "😀Xb"
