@@ -41,6 +41,7 @@ from .update_guard import (
     MissingDependencies,
     UpdateGuard,
     UpdateRefused,
+    check_applied_origin_order,
     check_origin_order,
 )
 
@@ -228,7 +229,7 @@ class Room:
         try:
             scan = scan_update(update)
             parents = self.guard.check(scan)
-            check_origin_order(self.doc, scan, self.guard)
+            applied_pairs = check_origin_order(self.doc, scan, self.guard)
         except MalformedUpdate as exc:
             self._refuse_update(peer, "malformed", str(exc))
             raise InvalidUpdate(str(exc)) from exc
@@ -254,6 +255,15 @@ class Room:
             self._refuse_update(peer, "apply_failed", str(exc))
             self._start_reload()
             raise
+        if applied_pairs:
+            try:
+                check_applied_origin_order(self.doc, applied_pairs)
+            except UpdateRefused as exc:
+                # Applied but not yet broadcast or stored: the store still holds what everyone
+                # else has, so the doc is rebuilt from there, as after a failed apply.
+                self._refuse_update(peer, exc.limit, str(exc))
+                self._start_reload()
+                raise InvalidUpdate(str(exc)) from exc
         self.guard.admit(scan, parents)
         self._resync_asked.discard(peer)
         self._metrics.updates.inc()

@@ -36,6 +36,7 @@ from protocol.update_scan import ID, ScannedItem, ScannedUpdate
 DEFAULT_MAX_NESTING_DEPTH = 128
 
 Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
+OriginPair = tuple[ID, ID]  # an item's origin and right origin
 
 
 class UpdateRefused(Exception):
@@ -297,28 +298,41 @@ class _Resolver:
             raise UpdateRefused("update refused: its parent is not a shared type", "malformed")
 
 
-def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> None:
-    """Refuse an item whose right origin is not to the right of its origin.
+def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> list[OriginPair]:
+    """Refuse an item whose right origin is not to the right of its origin; return the pairs
+    that involve this update's own items, for ``check_applied_origin_order`` once it is applied.
 
-    Yjs's conflict resolution assumes it is (a client takes both from adjacent items). When it
-    is not, yrs integrates the item in one place live and in another when a snapshot is
-    rebuilt, so live editors and every later reader diverge for good. The order of two items is
-    read off yrs's sticky indices before the update is applied: an item's offset with
+    Yjs's conflict resolution assumes the right origin is right of the origin (a client takes
+    both from adjacent items). When it is not, yrs integrates the item in one place live and in
+    another when a snapshot is rebuilt, so live editors and every later reader diverge for good.
+    The order of two items is read off yrs's sticky indices: an item's offset with
     ``Assoc.AFTER`` counts the visible units before it, with ``Assoc.BEFORE`` also its own unit
     if visible. That decides every case except two deleted items with nothing visible between
-    them, where the order cannot be seen and the item is let through. Items whose origins
-    arrive in the same update are not checked (they are new to the document too).
+    them, where the order cannot be seen and the item is let through. Where an origin is one of
+    this update's own items its place is only known once the update is integrated, so those pairs
+    are checked after applying (a failure there means the doc must be rebuilt from storage).
     """
-    pairs = [
-        (item.origin, item.right_origin)
-        for item in scan.items
-        if item.origin is not None
-        and item.right_origin is not None
-        and guard.knows(item.origin)
-        and guard.knows(item.right_origin)
-    ]
-    if not pairs:
-        return
+    known: list[OriginPair] = []
+    later: list[OriginPair] = []
+    for item in scan.items:
+        if item.origin is None or item.right_origin is None:
+            continue
+        pair = (item.origin, item.right_origin)
+        if guard.knows(item.origin) and guard.knows(item.right_origin):
+            known.append(pair)
+        else:
+            later.append(pair)
+    if known:
+        _check_pairs(doc, known, unplaceable_is_inconsistent=True)
+    return later
+
+
+def check_applied_origin_order(doc: Doc, pairs: list[OriginPair]) -> None:
+    """The same rule for pairs that involve an update's own items, on the doc it went into."""
+    _check_pairs(doc, pairs, unplaceable_is_inconsistent=False)
+
+
+def _check_pairs(doc: Doc, pairs: list[OriginPair], *, unplaceable_is_inconsistent: bool) -> None:
     with doc.transaction() as txn:
         for left, right in pairs:
             if left == right:
@@ -327,7 +341,9 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> Non
                 left_after, left_before = _offsets(txn, left)
                 right_after, right_before = _offsets(txn, right)
             except Exception as exc:  # an ID yrs cannot place in a sequence
-                raise _inconsistent() from exc
+                if unplaceable_is_inconsistent:
+                    raise _inconsistent() from exc
+                continue  # e.g. garbage-collected in the same update: nothing to order
             if left_before > left_after:  # the origin is visible
                 consistent = right_after >= left_before
             elif right_before > right_after:  # only the right origin is visible

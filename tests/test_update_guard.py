@@ -340,3 +340,49 @@ async def test_an_edit_inside_an_emoji_is_refused_so_live_and_reloaded_agree(
         assert metric_value(metrics, "tether_update_refusals_total", limit="split-character") == 1
     with ServerProcess(tmp_path, ai_provider="none") as server:
         assert (await rest(server, "emoji")).json()["text"] == "😀Xb"
+
+
+def crafted_items(client: int, items: list[tuple[tuple[int, int], tuple[int, int], str]]) -> bytes:
+    """String items by ``client`` from clock 0, each with an origin and a right origin."""
+    out = (
+        write_var_uint(1) + write_var_uint(len(items)) + write_var_uint(client) + write_var_uint(0)
+    )
+    for origin, right, text in items:
+        out += bytes([0x80 | 0x40 | 4])
+        for part in (*origin, *right):
+            out += write_var_uint(part)
+        out += write_var_string(text)
+    return out + write_var_uint(0)
+
+
+async def test_inconsistent_origins_among_one_updates_own_items_are_undone(
+    plain_server: ServerProcess,
+) -> None:
+    """The second item hangs between two units of the first (origin and right origin both the
+    first's last unit): live yrs wrote "helloABA world", rebuilt from storage "helloAAB world".
+    Its place is only known once applied, so the server applies, checks, and rebuilds the doc
+    from storage: nothing of the update remains, the author's socket never notices."""
+    server = plain_server
+    token = server.token()
+    seed = Doc(client_id=1)
+    seed.get(TEXT, type=Text).insert(0, "hello world")
+    hostile = crafted_items(88, [((1, 4), (1, 5), "AA"), ((88, 1), (88, 1), "B")])
+    before = metric_value(await metrics_text(server), "tether_document_reloads_total") or 0
+    async with (
+        await MuxPeer.connect(server.ws_url) as author,
+        await MuxPeer.connect(server.ws_url) as attacker,
+    ):
+        doc = await author.open("own-origins", token)
+        doc.apply(seed.get_update())
+        await doc.send_update(seed.get_update())
+        await doc.wait_acked()
+        await (await attacker.open("own-origins", token)).send_update(hostile)
+        assert await attacker.wait_closed() == 1002
+        await doc.append("!")
+        await doc.wait_text("hello world!")
+        async with await MuxPeer.connect(server.ws_url) as reader:
+            fresh = await reader.open("own-origins", token)
+            await fresh.wait_text("hello world!")
+    assert (await rest(server, "own-origins")).json()["text"] == "hello world!"
+    metrics = await metrics_text(server)
+    assert metric_value(metrics, "tether_document_reloads_total") == before + 1
