@@ -13,7 +13,7 @@ import pytest
 from pycrdt import Doc, Text
 
 from collab.sqlite_store import SQLiteStore
-from protocol.lib0 import write_var_string, write_var_uint
+from protocol.lib0 import Decoder, write_var_string, write_var_uint
 from protocol.sync import SyncUpdate
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import TEXT, MuxPeer
@@ -175,6 +175,9 @@ async def test_an_item_whose_right_origin_is_left_of_its_origin_is_refused(
 # ---- the update fuzzer ----------------------------------------------------------------------
 
 
+EMPTY_FORGERY = b"\x00\x00"  # an update of nothing
+
+
 class Editors:
     """Several pycrdt replicas editing one text at random; their updates are the fuzz input,
     sent in arrival orders that shuffle, drop, duplicate and mutate them."""
@@ -199,6 +202,24 @@ class Editors:
                 other.apply_update(update)
         return update
 
+    def forge(self, client: int) -> bytes:
+        """Two or three string items by a new ``client`` whose origins are drawn at random from
+        what the replicas have and from each other: most are inconsistent in some way."""
+        known: list[tuple[int, int]] = []
+        decoder = Decoder(self.docs[0].get_state())
+        for _ in range(decoder.read_var_uint()):
+            owner, clock = decoder.read_var_uint(), decoder.read_var_uint()
+            known += [(owner, c) for c in range(clock)]
+        items: list[tuple[tuple[int, int], tuple[int, int], str]] = []
+        clock = 0
+        for _ in range(self.rng.randint(2, 3)):
+            pool = known + [(client, c) for c in range(clock)]
+            if not pool:
+                break
+            items.append((self.rng.choice(pool), self.rng.choice(pool), "QZ"))
+            clock += 2
+        return crafted_items(client, items) if items else EMPTY_FORGERY
+
     def mutate(self, update: bytes) -> bytes:
         data = bytearray(update)
         for _ in range(self.rng.randint(1, 3)):
@@ -221,7 +242,9 @@ async def test_fuzzed_updates_leave_live_stored_and_reloaded_documents_equal(
         for k, update in enumerate(updates):
             roll = editors.rng.random()
             frames = [update]
-            if roll < 0.15:
+            if roll < 0.1:
+                frames = [editors.forge(client=5000 + k), update]
+            elif roll < 0.2:
                 frames = [editors.mutate(update)]
             elif roll < 0.25 and k + 1 < len(updates):
                 frames = [updates[k + 1], update]  # out of order
