@@ -79,6 +79,7 @@ _HELP = {
 _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+_BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 
@@ -125,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
         from .bench.ai import add_ai_arguments
+        from .bench.bigdoc import add_bigdoc_arguments
         from .bench.model import add_model_arguments
         from .bench.startup import add_startup_arguments
         from .bench.sync import add_sync_arguments
@@ -135,12 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
         add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
         add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
+        add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
         bench_kinds.add_parser("model", help=_MODEL_HELP)
         bench_kinds.add_parser("startup", help=_STARTUP_HELP)
         bench_kinds.add_parser("worker", help=_WORKER_HELP)
+        bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -159,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import run_model_bench
 
         return run_model_bench(args)
+    if args.bench == "bigdoc":
+        from .bench.bigdoc import run_bigdoc_bench
+
+        return run_bigdoc_bench(args)
     if args.bench == "ai":
         from .bench.ai import run_ai_bench
 
