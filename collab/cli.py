@@ -79,6 +79,7 @@ _HELP = {
 _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+_STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
 _BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
@@ -129,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.bigdoc import add_bigdoc_arguments
         from .bench.model import add_model_arguments
         from .bench.startup import add_startup_arguments
+        from .bench.storm import add_storm_arguments
         from .bench.sync import add_sync_arguments
         from .bench.worker_hop import add_worker_arguments
 
@@ -138,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
         add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
         add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
+        add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -145,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("startup", help=_STARTUP_HELP)
         bench_kinds.add_parser("worker", help=_WORKER_HELP)
         bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
+        bench_kinds.add_parser("storm", help=_STORM_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -163,6 +167,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import run_model_bench
 
         return run_model_bench(args)
+    if args.bench == "storm":
+        from .bench.storm import run_storm_bench
+
+        return run_storm_bench(args)
     if args.bench == "bigdoc":
         from .bench.bigdoc import run_bigdoc_bench
 

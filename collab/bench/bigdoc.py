@@ -19,13 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from pycrdt import Doc, Text
-from websockets.asyncio.client import ClientConnection, connect
-
-from protocol.messages import PONG_FRAME, AuthToken, Sync, decode_frame
-from protocol.sync import SyncStep1, SyncStep2, SyncUpdate
+from websockets.asyncio.client import connect
 
 from .launcher import ServerProcess
+from .peer import BenchPeer
 
 _MB = 1024 * 1024
 
@@ -56,57 +53,11 @@ def cpu_seconds_with_children(pid: int) -> float:
     return total
 
 
-class Appender:
-    """One editor on one document: appends, and waits for round trips."""
-
-    def __init__(self, ws: ClientConnection, name: str) -> None:
-        self.ws = ws
-        self.name = name
-        self.doc = Doc()
-        self.text = self.doc.get("content", type=Text)
-        self.step2s = 0
-        self._got_step2 = asyncio.Event()
-        self._reader = asyncio.ensure_future(self._read())
-
-    async def open(self, token: str) -> None:
-        await self.ws.send(AuthToken(self.name, token, "bench").encode())
-        await self.round_trip()
-
-    async def append(self, chunk: str) -> None:
-        before = self.doc.get_state()
-        self.text += chunk
-        await self.ws.send(Sync(self.name, SyncUpdate(self.doc.get_update(before))).encode())
-
-    async def round_trip(self, timeout: float = 300.0) -> None:
-        """Returns once the server answered a step1 sent after everything so far."""
-        self._got_step2.clear()
-        await self.ws.send(Sync(self.name, SyncStep1(self.doc.get_state())).encode())
-        await asyncio.wait_for(self._got_step2.wait(), timeout)
-
-    async def _read(self) -> None:
-        async for data in self.ws:
-            if not isinstance(data, bytes):
-                continue
-            if data == b"\x09":
-                await self.ws.send(PONG_FRAME)
-                continue
-            message = decode_frame(data)
-            if isinstance(message, Sync) and isinstance(message.message, SyncStep2):
-                self._got_step2.set()
-            elif isinstance(message, Sync) and isinstance(message.message, SyncStep1):
-                reply = self.doc.get_update(message.message.state_vector)
-                await self.ws.send(Sync(self.name, SyncStep2(reply)).encode())
-
-    async def close(self) -> None:
-        self._reader.cancel()
-        await self.ws.close()
-
-
 async def drive(args: argparse.Namespace, url: str, token: str, pid: int) -> dict[str, Any]:
     paragraph = "x" * (args.paragraph_bytes - 1) + "\n"
     chunk = paragraph * args.per_update
     async with connect(url, max_size=None, compression=None, open_timeout=30) as ws:
-        appender = Appender(ws, "bigdoc")
+        appender = BenchPeer(ws, "bigdoc")
         await appender.open(token)
         slices: list[dict[str, float]] = []
         written = 0
