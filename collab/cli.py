@@ -79,6 +79,7 @@ _HELP = {
 _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+_IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
 _STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
 _BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
@@ -128,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
         from .bench.ai import add_ai_arguments
         from .bench.bigdoc import add_bigdoc_arguments
+        from .bench.idle import add_idle_arguments
         from .bench.model import add_model_arguments
         from .bench.startup import add_startup_arguments
         from .bench.storm import add_storm_arguments
@@ -141,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
         add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
+        add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -149,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("worker", help=_WORKER_HELP)
         bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
         bench_kinds.add_parser("storm", help=_STORM_HELP)
+        bench_kinds.add_parser("idle", help=_IDLE_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -167,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import run_model_bench
 
         return run_model_bench(args)
+    if args.bench == "idle":
+        from .bench.idle import run_idle_bench
+
+        return run_idle_bench(args)
     if args.bench == "storm":
         from .bench.storm import run_storm_bench
 

@@ -5,6 +5,7 @@ SyncStep1, so it stays a well-behaved peer however long it idles."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection
@@ -22,16 +23,24 @@ class BenchPeer:
         self.doc = Doc()
         self.text = self.doc.get("content", type=Text)
         self._got_step2 = asyncio.Event()
+        self.on_update: Callable[[bytes], None] | None = None  # called as each update arrives
         self._reader = asyncio.ensure_future(self._read())
 
     async def open(self, token: str) -> None:
         await self.ws.send(AuthToken(self.name, token, "bench").encode())
         await self.round_trip()
 
-    async def append(self, chunk: str) -> None:
+    def local_append(self, chunk: str) -> bytes:
+        """Append to this editor's document; returns the update to send."""
         before = self.doc.get_state()
         self.text += chunk
-        await self.ws.send(Sync(self.name, SyncUpdate(self.doc.get_update(before))).encode())
+        return self.doc.get_update(before)
+
+    async def send_update(self, update: bytes) -> None:
+        await self.ws.send(Sync(self.name, SyncUpdate(update)).encode())
+
+    async def append(self, chunk: str) -> None:
+        await self.send_update(self.local_append(chunk))
 
     async def round_trip(self, timeout: float = 300.0) -> None:
         """Returns once the server answered a step1 sent after everything so far."""
@@ -59,6 +68,8 @@ class BenchPeer:
             self.doc.apply_update(sync.update)
             self._got_step2.set()
         elif isinstance(sync, SyncUpdate):
+            if self.on_update is not None:
+                self.on_update(sync.update)
             self.doc.apply_update(sync.update)
         elif isinstance(sync, SyncStep1):
             reply = self.doc.get_update(sync.state_vector)
