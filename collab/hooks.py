@@ -31,6 +31,10 @@ class Hooks:
         self.extensions.append(extension)
         self._by_hook.clear()
 
+    def remove(self, extension: Any) -> None:
+        self.extensions.remove(extension)
+        self._by_hook.clear()
+
     async def on_load(self, room: Room) -> None:
         for ext in self._having("on_load"):
             await ext.on_load(room)

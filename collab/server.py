@@ -94,97 +94,177 @@ class _AsgiWebSocket:
         await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
 
-def create_app(
-    settings: Settings, *, store: Store | None = None, extensions: list[Any] | None = None
-) -> ASGIApp:
-    settings.validate()
-    hooks = Hooks(extensions)
-    metrics = Metrics()
-    ProcessCollector(registry=metrics.registry)
-    authenticator = Authenticator(settings.auth, settings.jwt_secret)
-    holder: dict[str, Any] = {}
+class TetherServer:
+    """The tether server as an object a host app can hold: settings, store, rooms, the AI
+    engine, metrics and hooks are named parts, and ``asgi`` is the ASGI app.
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    ``tether serve`` runs it under uvicorn (``create_app``); a host mounts ``server.asgi`` (or
+    ``server`` itself, it is ASGI too) under any prefix and starts and stops it from its own
+    lifespan::
+
+        server = TetherServer(Settings(auth="none", data_dir="data"))
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app):
+            async with server:  # start() ... stop()
+                yield
+
+        app = FastAPI(lifespan=lifespan)
+        app.mount("/collab", server.asgi)
+
+    The parts that exist only while running (``store``, ``rooms``, ``ai``, ``context``) are
+    None before ``start()`` and after ``stop()``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        extensions: list[Any] | None = None,
+    ) -> None:
+        settings.validate()
+        self.settings = settings
+        self.hooks = Hooks(extensions)
+        self.metrics = Metrics()
+        ProcessCollector(registry=self.metrics.registry)
+        self.authenticator = Authenticator(settings.auth, settings.jwt_secret)
+        self.store: Store | None = None
+        self.rooms: RoomManager | None = None
+        self.ai: Any = None  # ai.engine.AiEngine when suggestions are on
+        self.context: ServerContext | None = None
+        self._given_store = store
+        self._stack: contextlib.AsyncExitStack | None = None
+        self.origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
+        self._refused_origins: set[str] = set()  # logged once each (bounded)
+        self.addresses = ConnectionsPerAddress(settings.max_connections_per_address)
+        self._crowded: set[str] = set()  # addresses logged for the limit (bounded likewise)
+        self.http_app = Starlette(routes=self.routes(), lifespan=self._lifespan)
+        self.asgi: ASGIApp = self  # the object is the ASGI app; the name reads well in mounts
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store, the room manager and the AI engine (its model loads behind)."""
+        if self._stack is not None:
+            raise RuntimeError("this TetherServer is already started")
+        settings = self.settings
         if settings.auth == "none":
             log.warning(
                 "AUTH IS OFF (--auth none): anyone who reaches this port "
                 "can read and edit every document"
             )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        async with contextlib.AsyncExitStack() as stack:
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
             backend = await stack.enter_async_context(
-                store or SQLiteStore(settings.data_dir / "tether.db")
+                self._given_store or SQLiteStore(settings.data_dir / "tether.db")
             )
-            rooms = RoomManager(
-                backend,
-                hooks=hooks,
-                metrics=metrics,
-                unload_grace=settings.unload_grace,
-                compact_threshold=settings.compact_threshold,
-                max_nesting_depth=settings.max_nesting_depth,
-                presence_limits=PresenceLimits(
-                    ids_per_peer=settings.awareness_ids_per_peer,
-                    entry_bytes=settings.awareness_entry_bytes,
-                    peer_bytes=settings.awareness_peer_bytes,
-                    document_bytes=settings.awareness_document_bytes,
-                ),
-                claims=ClaimRegistry(
-                    settings.presence_claim_ttl,
-                    settings.presence_claims,
-                    settings.presence_claims_per_subject,
-                ),
-            )
+            rooms = self._room_manager(backend)
             stack.push_async_callback(rooms.close)
-            engine = await _start_ai(settings, stack, metrics)
+            engine = await _start_ai(settings, stack, self.metrics)
             if engine is not None:
-                hooks.add(engine)
-            budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
-            holder["ctx"] = ServerContext(
-                settings, authenticator, rooms, hooks, metrics, backend, budget
-            )
-            holder["ai"] = engine
-            app.state.ctx = holder["ctx"]
+                self.hooks.add(engine)
+                stack.callback(self.hooks.remove, engine)
+        except BaseException:
+            await stack.aclose()
+            raise
+        budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
+        self.store, self.rooms, self.ai = backend, rooms, engine
+        self.context = ServerContext(
+            settings, self.authenticator, rooms, self.hooks, self.metrics, backend, budget
+        )
+        self._stack = stack
+
+    async def stop(self) -> None:
+        """Persist every loaded document and close the store and the AI engine."""
+        stack, self._stack = self._stack, None
+        self.context = None
+        try:
+            if stack is not None:
+                await stack.aclose()
+        finally:
+            self.store, self.rooms, self.ai = None, None, None
+
+    async def __aenter__(self) -> TetherServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        async with self:
+            app.state.ctx = self.context
             yield
 
-    async def ws_endpoint(ws: _AsgiWebSocket) -> None:
-        await ws.accept()
-        await MuxConnection(ws, holder["ctx"]).run()
+    def _room_manager(self, backend: Store) -> RoomManager:
+        settings = self.settings
+        return RoomManager(
+            backend,
+            hooks=self.hooks,
+            metrics=self.metrics,
+            unload_grace=settings.unload_grace,
+            compact_threshold=settings.compact_threshold,
+            max_nesting_depth=settings.max_nesting_depth,
+            presence_limits=PresenceLimits(
+                ids_per_peer=settings.awareness_ids_per_peer,
+                entry_bytes=settings.awareness_entry_bytes,
+                peer_bytes=settings.awareness_peer_bytes,
+                document_bytes=settings.awareness_document_bytes,
+            ),
+            claims=ClaimRegistry(
+                settings.presence_claim_ttl,
+                settings.presence_claims,
+                settings.presence_claims_per_subject,
+            ),
+        )
 
-    async def yjs_endpoint(ws: _AsgiWebSocket, name: str, query: str) -> None:
-        ctx = holder["ctx"]
-        token = parse_qs(query).get("token", [""])[0]
-        try:
-            grant = authorize_yws(ctx, name, token)
-        except AuthError as exc:
-            ctx.metrics.auth_failures.labels(str(exc)).inc()
-            await ws.refuse(UNAUTHORIZED, str(exc))
-            return
-        await ws.accept()
-        await YwsConnection(ws, ctx, name, grant).run()
+    @property
+    def ctx(self) -> ServerContext:
+        """The running server's context; raises ``NotStarted`` before ``start()``."""
+        if self.context is None:
+            raise NotStarted(NOT_STARTED)
+        return self.context
 
-    async def health(request: Request) -> Response:
-        ctx = holder["ctx"]
-        engine = holder.get("ai")
+    # ---- HTTP routes ---------------------------------------------------------------------------
+
+    def routes(self) -> list[Route | Mount]:
+        return [
+            Route("/", self.index),
+            Route("/d/{name:path}", self.editor),
+            _static_route(),
+            Route("/health", self.health),
+            Route("/metrics", self.metrics_endpoint),
+            Route("/api/documents", self.list_documents),
+            Route("/api/suggest", self.suggest_endpoint, methods=["POST"]),
+            Route("/api/documents/{name:path}", self.get_document),
+        ]
+
+    async def health(self, request: Request) -> Response:
+        ctx = self.ctx
+        engine = self.ai
         if engine is not None and engine.status is not None:
             ai = engine.status.current.health()
         else:
             ai = {"state": "off", "reason": "AI suggestions are off (--ai-provider none)"}
         return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai})
 
-    async def metrics_endpoint(request: Request) -> Response:
-        refusal = _metrics_refusal(request, settings.metrics_token)
+    async def metrics_endpoint(self, request: Request) -> Response:
+        refusal = _metrics_refusal(request, self.settings.metrics_token)
         if refusal is not None:
-            metrics.limit_refusals.labels("metrics_access").inc()
+            self.metrics.limit_refusals.labels("metrics_access").inc()
             status, reason = refusal
             return JSONResponse({"error": reason}, status_code=status)
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    async def list_documents(request: Request) -> Response:
-        grant = _bearer_grant(request, authenticator)
+    async def list_documents(self, request: Request) -> Response:
+        grant = _bearer_grant(request, self.authenticator)
         if grant is None:
             return _unauthorized()
-        ctx = holder["ctx"]
+        ctx = self.ctx
         infos = await ctx.store.list_documents()
         listed = [
             {
@@ -199,8 +279,8 @@ def create_app(
         ]
         return JSONResponse({"documents": listed})
 
-    async def get_document(request: Request) -> Response:
-        grant = _bearer_grant(request, authenticator)
+    async def get_document(self, request: Request) -> Response:
+        grant = _bearer_grant(request, self.authenticator)
         name = request.path_params["name"]
         if grant is None:
             return _unauthorized()
@@ -209,18 +289,20 @@ def create_app(
         if not grant.allows(name):
             return JSONResponse({"error": "document not allowed by token"}, status_code=403)
         try:
-            async with holder["ctx"].rooms.visit(name) as room:
+            async with self.ctx.rooms.visit(name) as room:
                 text = str(room.doc.get(TEXT_NAME, type=Text))
                 peers = len(room.peers)
         except DocumentQuarantined as exc:
             return JSONResponse({"error": str(exc)}, status_code=409)
         return JSONResponse({"name": name, "text": text, "peers": peers})
 
-    async def suggest_endpoint(request: Request) -> Response:
+    async def suggest_endpoint(self, request: Request) -> Response:
+        settings, authenticator = self.settings, self.authenticator
         grant = _bearer_grant(request, authenticator)
         if grant is None:
             return _unauthorized()
-        engine = holder.get("ai")
+        rooms = self.ctx.rooms
+        engine = self.ai
         if engine is None:
             return JSONResponse({"error": "AI suggestions are off on this server"}, status_code=503)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -255,7 +337,7 @@ def create_app(
         owner = ("http", request.client.host if request.client else "")
         subject = None if settings.auth == "none" else "sub:" + grant.subject
         if uploaded is None:
-            async with holder["ctx"].rooms.visit(document) as room:
+            async with rooms.visit(document) as room:
                 text = str(room.doc.get(TEXT_NAME, type=Text))
             session = f"{document}\0http:{grant.subject}"
             cold = bool(body.get("baseline"))
@@ -266,76 +348,103 @@ def create_app(
             media_type="text/event-stream",
         )
 
-    async def index(request: Request) -> Response:
-        return _page("tether", "index", {"auth": settings.auth})
+    async def index(self, request: Request) -> Response:
+        return _page("tether", "index", {"auth": self.settings.auth})
 
-    async def editor(request: Request) -> Response:
+    async def editor(self, request: Request) -> Response:
         name = request.path_params["name"]
         if not valid_document_name(name):
             return JSONResponse({"error": "invalid document name"}, status_code=400)
+        settings = self.settings
         config = {"auth": settings.auth, "document": name, "ai": settings.ai_provider != "none"}
         return _page(f"{name} · tether", "editor", config)
 
-    routes = [
-        Route("/", index),
-        Route("/d/{name:path}", editor),
-        _static_route(),
-        Route("/health", health),
-        Route("/metrics", metrics_endpoint),
-        Route("/api/documents", list_documents),
-        Route("/api/suggest", suggest_endpoint, methods=["POST"]),
-        Route("/api/documents/{name:path}", get_document),
-    ]
-    http_app = Starlette(routes=routes, lifespan=lifespan)
-    origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
-    refused_origins: set[str] = set()  # logged once each (bounded)
-    addresses = ConnectionsPerAddress(settings.max_connections_per_address)
-    crowded: set[str] = set()  # addresses logged for the limit (bounded like refused_origins)
+    # ---- WebSocket endpoints -----------------------------------------------------------------
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    async def ws_endpoint(self, ws: _AsgiWebSocket) -> None:
+        await ws.accept()
+        await MuxConnection(ws, self.ctx).run()
+
+    async def yjs_endpoint(self, ws: _AsgiWebSocket, name: str, query: str) -> None:
+        ctx = self.ctx
+        token = parse_qs(query).get("token", [""])[0]
+        try:
+            grant = authorize_yws(ctx, name, token)
+        except AuthError as exc:
+            ctx.metrics.auth_failures.labels(str(exc)).inc()
+            await ws.refuse(UNAUTHORIZED, str(exc))
+            return
+        await ws.accept()
+        await YwsConnection(ws, ctx, name, grant).run()
+
+    # ---- ASGI ----------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
-            await http_app(scope, receive, send)  # lifespan
+            await self.http_app(scope, receive, send)  # lifespan
             return
-        refusal = _origin_refusal(scope, origins)
-        if scope["type"] == "http":
-            if refusal is not None:
-                metrics.origin_refusals.labels("http").inc()
-                _log_refusal_once(refused_origins, scope, refusal)
-                await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
-                return
-            await http_app(scope, receive, send)
+        if scope["type"] == "websocket":
+            await self.websocket(scope, receive, send)
             return
+        refusal = _origin_refusal(scope, self.origins)
+        if refusal is not None:
+            self.metrics.origin_refusals.labels("http").inc()
+            _log_refusal_once(self._refused_origins, scope, refusal)
+            await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
+            return
+        await self.http_app(scope, receive, send)
+
+    async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Origin, per-address limit, then the endpoint by path."""
         ws = _AsgiWebSocket(receive, send)
         if not await ws.handshake():
             return
+        refusal = _origin_refusal(scope, self.origins)
         if refusal is not None:
-            metrics.origin_refusals.labels("websocket").inc()
-            _log_refusal_once(refused_origins, scope, refusal)
+            self.metrics.origin_refusals.labels("websocket").inc()
+            _log_refusal_once(self._refused_origins, scope, refusal)
             await ws.refuse(1008, refusal)  # the upgrade fails with 403: no document byte
             return
         address = _client_address(scope)
-        if not addresses.enter(address):
-            metrics.limit_refusals.labels("max_connections_per_address").inc()
-            if address not in crowded and len(crowded) < _MAX_LOGGED_ORIGINS:
-                crowded.add(address)
+        if not self.addresses.enter(address):
+            self.metrics.limit_refusals.labels("max_connections_per_address").inc()
+            if address not in self._crowded and len(self._crowded) < _MAX_LOGGED_ORIGINS:
+                self._crowded.add(address)
                 log.warning("refused a socket: too many open from %s", address)
             await ws.refuse(TRY_AGAIN_LATER, "too many connections from this address")
             return
         try:
             path: str = scope["path"]
             if path == "/ws":
-                await ws_endpoint(ws)
+                await self.ws_endpoint(ws)
             elif path.startswith("/yjs/"):
                 query = scope.get("query_string", b"").decode("latin-1")
                 # scope["path"] is percent-decoded already (once): decoding again made "rep%2541"
                 # the document "repA", under a token checked for that name.
-                await yjs_endpoint(ws, path[len("/yjs/") :], query)
+                await self.yjs_endpoint(ws, path[len("/yjs/") :], query)
             else:
                 await ws.refuse(1008, "no such endpoint")
         finally:
-            addresses.leave(address)
+            self.addresses.leave(address)
 
-    return app
+
+class NotStarted(RuntimeError):
+    """A request reached a TetherServer whose ``start()`` has not run (or ``stop()`` has)."""
+
+
+NOT_STARTED = (
+    "tether is not started: a mounted app's lifespan does not run, so the host app must call"
+    " 'await server.start()' (or 'async with server:') in its own lifespan; see the README,"
+    " 'Embedding tether'"
+)
+
+
+def create_app(
+    settings: Settings, *, store: Store | None = None, extensions: list[Any] | None = None
+) -> ASGIApp:
+    """The ASGI app ``tether serve`` runs: a ``TetherServer`` whose ASGI lifespan starts and
+    stops it (uvicorn sends the lifespan; a host that mounts it starts it itself)."""
+    return TetherServer(settings, store=store, extensions=extensions).asgi
 
 
 async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metrics: Metrics) -> Any:
