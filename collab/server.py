@@ -139,6 +139,7 @@ class TetherServer:
         self._refused_origins: set[str] = set()  # logged once each (bounded)
         self.addresses = ConnectionsPerAddress(settings.max_connections_per_address)
         self._crowded: set[str] = set()  # addresses logged for the limit (bounded likewise)
+        self._said_not_started = False
         self.http_app = Starlette(routes=self.routes(), lifespan=self._lifespan)
         self.asgi: ASGIApp = self  # the object is the ASGI app; the name reads well in mounts
 
@@ -349,15 +350,22 @@ class TetherServer:
         )
 
     async def index(self, request: Request) -> Response:
-        return _page("tether", "index", {"auth": self.settings.auth})
+        base = _base(request)
+        return _page("tether", "index", {"auth": self.settings.auth, "base": base}, base)
 
     async def editor(self, request: Request) -> Response:
         name = request.path_params["name"]
         if not valid_document_name(name):
             return JSONResponse({"error": "invalid document name"}, status_code=400)
         settings = self.settings
-        config = {"auth": settings.auth, "document": name, "ai": settings.ai_provider != "none"}
-        return _page(f"{name} · tether", "editor", config)
+        base = _base(request)
+        config = {
+            "auth": settings.auth,
+            "document": name,
+            "ai": settings.ai_provider != "none",
+            "base": base,
+        }
+        return _page(f"{name} · tether", "editor", config, base)
 
     # ---- WebSocket endpoints -----------------------------------------------------------------
 
@@ -382,6 +390,9 @@ class TetherServer:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
             await self.http_app(scope, receive, send)  # lifespan
+            return
+        if self.context is None:
+            await self._refuse_not_started(scope, receive, send)
             return
         if scope["type"] == "websocket":
             await self.websocket(scope, receive, send)
@@ -414,7 +425,7 @@ class TetherServer:
             await ws.refuse(TRY_AGAIN_LATER, "too many connections from this address")
             return
         try:
-            path: str = scope["path"]
+            path = route_path(scope)
             if path == "/ws":
                 await self.ws_endpoint(ws)
             elif path.startswith("/yjs/"):
@@ -426,6 +437,27 @@ class TetherServer:
                 await ws.refuse(1008, "no such endpoint")
         finally:
             self.addresses.leave(address)
+
+    async def _refuse_not_started(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._said_not_started:
+            self._said_not_started = True
+            log.error("%s", NOT_STARTED)
+        if scope["type"] == "websocket":
+            ws = _AsgiWebSocket(receive, send)
+            if await ws.handshake():
+                await ws.refuse(TRY_AGAIN_LATER, "tether is not started")
+            return
+        await JSONResponse({"error": NOT_STARTED}, status_code=503)(scope, receive, send)
+
+
+def route_path(scope: Scope) -> str:
+    """The path below where tether is mounted: Starlette's Mount (and uvicorn's --root-path)
+    keep the full path in ``path`` and the prefix in ``root_path``."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root) :] or "/"
+    return path
 
 
 class NotStarted(RuntimeError):
@@ -579,7 +611,13 @@ def _static_route() -> Route | Mount:
     return Route("/static/{path:path}", missing)
 
 
-def _page(title: str, bundle: str, config: dict[str, Any]) -> Response:
+def _base(request: Request) -> str:
+    """Where tether is mounted ("" at the root, "/collab" under a mount): every URL a page
+    uses starts with it."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _page(title: str, bundle: str, config: dict[str, Any], base: str = "") -> Response:
     """An HTML page with its Content-Security-Policy: scripts only from this server (and the
     one inline config script, by a nonce fresh per response), images only from this server or
     data: (a CSS ``url()`` smuggled into a style cannot make the browser fetch elsewhere), no
@@ -607,19 +645,20 @@ def _page(title: str, bundle: str, config: dict[str, Any]) -> Response:
         "Referrer-Policy": "no-referrer",
         "X-Content-Type-Options": "nosniff",
     }
-    return HTMLResponse(_shell(title, bundle, config, nonce), headers=headers)
+    return HTMLResponse(_shell(title, bundle, config, nonce, base), headers=headers)
 
 
-def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str) -> str:
+def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str, base: str = "") -> str:
     """The HTML page the browser bundle mounts into; config is JSON that cannot end the script."""
     data = json.dumps(config).replace("<", "\\u003c")
+    static = html.escape(base + "/static/" + bundle, quote=True)
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title>"
-        f'<link rel=stylesheet href="/static/{bundle}.css"></head>'
+        f'<link rel=stylesheet href="{static}.css"></head>'
         f'<body><div id="app"></div><script nonce="{nonce}">window.TETHER = {data};</script>'
-        f'<script type=module src="/static/{bundle}.js"></script></body></html>'
+        f'<script type=module src="{static}.js"></script></body></html>'
     )
 
 
