@@ -12,7 +12,7 @@ import ipaddress
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -35,7 +35,9 @@ from .auth import Authenticator, AuthError, Grant
 from .close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
 from .config import Settings
 from .context import ServerContext, valid_document_name
-from .hooks import Hooks
+from .direct import TEXT_NAME, DirectConnection
+from .grants import authenticate
+from .hooks import AuthRequest, ConnectionInfo, Hooks
 from .metrics import Metrics
 from .mux_connection import MuxConnection
 from .origins import OriginPolicy
@@ -49,7 +51,6 @@ from .yws_connection import authorize as authorize_yws
 
 log = logging.getLogger("tether")
 
-TEXT_NAME = "content"  # the shared Y.Text every tether editor binds to
 WEB_DIST = Path(__file__).resolve().parent.parent / "web" / "dist"  # the committed bundle
 
 
@@ -122,10 +123,13 @@ class TetherServer:
         *,
         store: Store | None = None,
         extensions: list[Any] | None = None,
+        authenticate: AuthCallback | None = None,
     ) -> None:
         settings.validate()
         self.settings = settings
         self.hooks = Hooks(extensions)
+        if authenticate is not None:  # before the extensions: the host's own check decides
+            self.hooks.extensions.insert(0, _AuthenticateHook(authenticate))
         self.metrics = Metrics()
         ProcessCollector(registry=self.metrics.registry)
         self.authenticator = Authenticator(settings.auth, settings.jwt_secret)
@@ -223,6 +227,21 @@ class TetherServer:
             ),
         )
 
+    @contextlib.asynccontextmanager
+    async def open_document(
+        self, name: str, *, origin: object = "host"
+    ) -> AsyncIterator[DirectConnection]:
+        """A server-side connection to ``name`` (see ``collab.direct``): the document stays
+        loaded until the block ends; edits carry ``origin`` and are durable when they return."""
+        if not valid_document_name(name):
+            raise ValueError("invalid document name")
+        async with self.ctx.rooms.hold(name) as room:
+            connection = DirectConnection(room, origin)
+            try:
+                yield connection
+            finally:
+                connection.closed = True
+
     @property
     def ctx(self) -> ServerContext:
         """The running server's context; raises ``NotStarted`` before ``start()``."""
@@ -262,7 +281,7 @@ class TetherServer:
         return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
     async def list_documents(self, request: Request) -> Response:
-        grant = _bearer_grant(request, self.authenticator)
+        grant = await self._bearer_grant(request, None)
         if grant is None:
             return _unauthorized()
         ctx = self.ctx
@@ -281,8 +300,8 @@ class TetherServer:
         return JSONResponse({"documents": listed})
 
     async def get_document(self, request: Request) -> Response:
-        grant = _bearer_grant(request, self.authenticator)
         name = request.path_params["name"]
+        grant = await self._bearer_grant(request, name)
         if grant is None:
             return _unauthorized()
         if not valid_document_name(name):  # the rule /ws applies: no NUL, bounded length
@@ -299,7 +318,7 @@ class TetherServer:
 
     async def suggest_endpoint(self, request: Request) -> Response:
         settings, authenticator = self.settings, self.authenticator
-        grant = _bearer_grant(request, authenticator)
+        grant = await self._bearer_grant(request, None)
         if grant is None:
             return _unauthorized()
         rooms = self.ctx.rooms
@@ -349,6 +368,17 @@ class TetherServer:
             media_type="text/event-stream",
         )
 
+    async def _bearer_grant(self, request: Request, document: str | None) -> Grant | None:
+        """The grant of the request's bearer token (hooks first), or None: answer 401."""
+        header = request.headers.get("authorization", "")
+        token = header[7:] if header.lower().startswith("bearer ") else ""
+        address = request.client.host if request.client else "unknown"
+        info = _connection_info(request.scope, "http", route_path(request.scope), address)
+        try:
+            return await authenticate(self.ctx, token, document, info, check=False)
+        except AuthError:
+            return None
+
     async def index(self, request: Request) -> Response:
         base = _base(request)
         return _page("tether", "index", {"auth": self.settings.auth, "base": base}, base)
@@ -369,15 +399,17 @@ class TetherServer:
 
     # ---- WebSocket endpoints -----------------------------------------------------------------
 
-    async def ws_endpoint(self, ws: _AsgiWebSocket) -> None:
+    async def ws_endpoint(self, ws: _AsgiWebSocket, connection: ConnectionInfo) -> None:
         await ws.accept()
-        await MuxConnection(ws, self.ctx).run()
+        await MuxConnection(ws, self.ctx, connection).run()
 
-    async def yjs_endpoint(self, ws: _AsgiWebSocket, name: str, query: str) -> None:
+    async def yjs_endpoint(
+        self, ws: _AsgiWebSocket, name: str, query: str, connection: ConnectionInfo
+    ) -> None:
         ctx = self.ctx
         token = parse_qs(query).get("token", [""])[0]
         try:
-            grant = authorize_yws(ctx, name, token)
+            grant = await authorize_yws(ctx, name, token, connection)
         except AuthError as exc:
             ctx.metrics.auth_failures.labels(str(exc)).inc()
             await ws.refuse(UNAUTHORIZED, str(exc))
@@ -427,16 +459,37 @@ class TetherServer:
         try:
             path = route_path(scope)
             if path == "/ws":
-                await self.ws_endpoint(ws)
+                connection = _connection_info(scope, "ws", path, address)
+                if await self._connected(ws, connection):
+                    try:
+                        await self.ws_endpoint(ws, connection)
+                    finally:
+                        await self.hooks.on_disconnect(connection)
             elif path.startswith("/yjs/"):
                 query = scope.get("query_string", b"").decode("latin-1")
                 # scope["path"] is percent-decoded already (once): decoding again made "rep%2541"
                 # the document "repA", under a token checked for that name.
-                await self.yjs_endpoint(ws, path[len("/yjs/") :], query)
+                name = path[len("/yjs/") :]
+                connection = _connection_info(scope, "yjs", path, address, name)
+                if await self._connected(ws, connection):
+                    try:
+                        await self.yjs_endpoint(ws, name, query, connection)
+                    finally:
+                        await self.hooks.on_disconnect(connection)
             else:
                 await ws.refuse(1008, "no such endpoint")
         finally:
             self.addresses.leave(address)
+
+    async def _connected(self, ws: _AsgiWebSocket, connection: ConnectionInfo) -> bool:
+        """The on_connect hooks; False (and refused: 403 on the upgrade) if one refused."""
+        try:
+            await self.hooks.on_connect(connection)
+        except AuthError as exc:
+            self.metrics.auth_failures.labels("on_connect").inc()
+            await ws.refuse(UNAUTHORIZED, str(exc))
+            return False
+        return True
 
     async def _refuse_not_started(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._said_not_started:
@@ -450,6 +503,16 @@ class TetherServer:
         await JSONResponse({"error": NOT_STARTED}, status_code=503)(scope, receive, send)
 
 
+def _connection_info(
+    scope: Scope, endpoint: str, path: str, address: str, document: str | None = None
+) -> ConnectionInfo:
+    headers = {
+        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+    }
+    query = scope.get("query_string", b"").decode("latin-1")
+    return ConnectionInfo(endpoint, path, address, headers, query, document)
+
+
 def route_path(scope: Scope) -> str:
     """The path below where tether is mounted: Starlette's Mount (and uvicorn's --root-path)
     keep the full path in ``path`` and the prefix in ``root_path``."""
@@ -458,6 +521,17 @@ def route_path(scope: Scope) -> str:
     if root and path.startswith(root):
         return path[len(root) :] or "/"
     return path
+
+
+AuthCallback = Callable[[AuthRequest], Awaitable[Grant | None]]
+
+
+class _AuthenticateHook:
+    """``TetherServer(authenticate=...)``: a callback as an on_authenticate extension."""
+
+    def __init__(self, callback: AuthCallback) -> None:
+        self.on_authenticate = callback
+        self.name = getattr(callback, "__qualname__", None) or repr(callback)
 
 
 class NotStarted(RuntimeError):
@@ -679,15 +753,6 @@ def _metrics_refusal(request: Request, token: str) -> tuple[int, str] | None:
     if loopback:
         return None
     return 403, "/metrics answers loopback clients only (or set --metrics-token)"
-
-
-def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:
-    header = request.headers.get("authorization", "")
-    token = header[7:] if header.lower().startswith("bearer ") else ""
-    try:
-        return authenticator.verify(token)
-    except AuthError:
-        return None
 
 
 def _unauthorized() -> Response:
