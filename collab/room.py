@@ -126,6 +126,8 @@ class Room:
         self._resync_asked: set[Peer] = set()
         self.closing = False
         self.on_empty: Callable[[Room], None] | None = None
+        # Server-side direct connections holding the room loaded (RoomManager.hold).
+        self.holders = 0
 
     @property
     def log_entries(self) -> int:
@@ -250,7 +252,8 @@ class Room:
         # a done-callback (not a task per update) keeps the hot path cheap.
         write = self._store.append_future(self.name, update)
         self._pending_writes.add(write)
-        write.add_done_callback(lambda done: self._stored(done, acks, entry, received))
+        write.add_done_callback(lambda done: self._stored(done, acks, entry, received, update))
+        self._hooks.on_store(self, update)
         return write
 
     def _stored(
@@ -259,6 +262,7 @@ class Room:
         acks: _AckQueue | None,
         entry: list[object] | None,
         received: float,
+        update: bytes,
     ) -> None:
         self._pending_writes.discard(write)
         error = write.exception()
@@ -271,6 +275,8 @@ class Room:
             entry[0], entry[1] = True, applied
             acks.flush()
             self._metrics.ack_seconds.observe(time.perf_counter() - received)
+        if applied:
+            self._hooks.after_store(self, update)
         if applied and self._log_entries >= self._compact_threshold and not self._compacting:
             self._compacting = True
             task = asyncio.ensure_future(self.compact())

@@ -19,14 +19,26 @@ if not (_HERE / "collab").is_dir() and (_HERE.parent / "collab" / "__init__.py")
 
 from collab.auth import AuthError, Grant  # noqa: E402
 from collab.config import Settings  # noqa: E402
+from collab.direct import DirectConnection, DocumentClosed  # noqa: E402
+from collab.hooks import AuthRequest, ConnectionInfo, Extension  # noqa: E402
+from collab.room import Room  # noqa: E402
 from collab.server import NotStarted, TetherServer, create_app  # noqa: E402
+from collab.storage import StorageError, Store  # noqa: E402
 from collab.version import VERSION as __version__  # noqa: E402
 
 __all__ = [
     "AuthError",
+    "AuthRequest",
+    "ConnectionInfo",
+    "DirectConnection",
+    "DocumentClosed",
+    "Extension",
     "Grant",
     "NotStarted",
+    "Room",
     "Settings",
+    "StorageError",
+    "Store",
     "TetherServer",
     "__version__",
     "create_app",
