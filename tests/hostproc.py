@@ -84,7 +84,7 @@ class HostProcess:
 
     def log(self) -> str:
         try:
-            return self.log_path.read_text(errors="replace")[-5000:]
+            return self.log_path.read_text(errors="replace")
         except OSError:
             return ""
 
