@@ -5,8 +5,11 @@ starting and stopping tether (issue 12, "Embedding")."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import anyio
@@ -114,3 +117,24 @@ async def test_a_mount_whose_host_never_starts_tether_says_so(tmp_path: Path):
         assert refused.value.response.status_code == 403
         stopped_cleanly(host)
         assert host.log().count("tether is not started") == 1  # logged once, not per request
+
+
+def test_the_embedding_api_example_runs(tmp_path: Path):
+    """examples/embedding_api.py: settings, a store, an extension, an auth callback and a
+    direct connection, served by uvicorn, with a Python client editing alongside."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "embedding_api.py")],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "change to notes/today by an editor",
+        "change to notes/today by 'host-app'",
+        "host reads: Typed in an editor. Added by the host.",
+        "editor sees: Typed in an editor. Added by the host.",
+    ]
