@@ -46,6 +46,7 @@ from .presence_claims import ClaimRegistry
 from .rooms import DocumentQuarantined, RoomManager
 from .sqlite_store import SQLiteStore
 from .storage import Store
+from .version import VERSION
 from .yws_connection import YwsConnection
 from .yws_connection import authorize as authorize_yws
 
@@ -270,7 +271,10 @@ class TetherServer:
             ai = engine.status.current.health()
         else:
             ai = {"state": "off", "reason": "AI suggestions are off (--ai-provider none)"}
-        return JSONResponse({"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai})
+        loaded = len(ctx.rooms.rooms)
+        return JSONResponse(
+            {"status": "ok", "version": VERSION, "documents_loaded": loaded, "ai": ai}
+        )
 
     async def metrics_endpoint(self, request: Request) -> Response:
         refusal = _metrics_refusal(request, self.settings.metrics_token)
