@@ -1,0 +1,92 @@
+"""Rewrites absolute imports of tether's packages to their installed names, in place:
+``from protocol.x import y`` -> ``from tether.protocol.x import y`` (and collab, ai), and the
+``python -m collab.cli`` / ``-m ai.worker`` module arguments of subprocesses. Idempotent:
+re-run it after merging a branch that still writes the old imports.
+
+    python tools/namespace_imports.py            # rewrite
+    python tools/namespace_imports.py --check    # exit 1 if anything would change
+
+Why: installed, tether is ONE top-level package (``tether.collab``, ``tether.ai``,
+``tether.protocol``; see pyproject.toml and tether/__init__.py), so a host app's own
+``protocol`` or ``collab`` module cannot shadow ours or be shadowed by it. Relative imports
+inside a package (``from .room import Room``) need no change and are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = "collab|ai|protocol"
+# Where code lives; Markdown too, for the import lines of its examples.
+ROOTS = ("collab", "ai", "protocol", "tests", "examples", "tether", "tools", "README.md")
+SKIP = {"node_modules", "__pycache__", ".venv"}
+
+# "from collab.rooms import X" / "from ai import factory", at any indentation.
+FROM_IMPORT = re.compile(
+    rf"^(?P<indent>[ \t]*)from (?P<module>(?:{PACKAGES})(?:\.[\w.]+)?) import ", re.M
+)
+# "import protocol.lib0 as lib0" (a bare "import collab.x" would rebind the name: refused).
+PLAIN_IMPORT = re.compile(
+    rf"^(?P<indent>[ \t]*)import (?P<module>(?:{PACKAGES})(?:\.[\w.]+)?)(?P<rest>.*)$", re.M
+)
+# A subprocess's module argument: "-m", "collab.cli" (possibly across a line break).
+MODULE_ARGUMENT = re.compile(
+    rf"""(?P<flag>["']-m["'],\s*)(?P<quote>["'])(?P<module>(?:{PACKAGES})(?:\.[\w.]+)?)(?P=quote)"""
+)
+
+
+def rewrite(text: str, where: Path) -> str:
+    text = FROM_IMPORT.sub(lambda m: f"{m['indent']}from tether.{m['module']} import ", text)
+
+    def plain(match: re.Match[str]) -> str:
+        rest = match["rest"]
+        if not rest.strip().startswith("as "):
+            raise SystemExit(f"{where}: 'import {match['module']}' needs an 'as' to be rewritten")
+        return f"{match['indent']}import tether.{match['module']}{rest}"
+
+    text = PLAIN_IMPORT.sub(plain, text)
+    return MODULE_ARGUMENT.sub(
+        lambda m: f"{m['flag']}{m['quote']}tether.{m['module']}{m['quote']}", text
+    )
+
+
+def files() -> list[Path]:
+    found: list[Path] = []
+    for root in ROOTS:
+        path = REPO / root
+        if path.is_file():
+            found.append(path)
+        elif path.is_dir():
+            for candidate in sorted(path.rglob("*")):
+                if SKIP.intersection(candidate.relative_to(REPO).parts):
+                    continue
+                if candidate.suffix in (".py", ".md") and candidate.is_file():
+                    found.append(candidate)
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if needed")
+    args = parser.parse_args()
+    changed = []
+    for path in files():
+        if path.is_symlink():
+            continue
+        before = path.read_text()
+        after = rewrite(before, path)
+        if after != before:
+            changed.append(path.relative_to(REPO))
+            if not args.check:
+                path.write_text(after)
+    for path in changed:
+        print(("would rewrite " if args.check else "rewrote ") + str(path))
+    return 1 if args.check and changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
