@@ -6,6 +6,9 @@ re-run it after merging a branch that still writes the old imports.
     python tools/namespace_imports.py            # rewrite
     python tools/namespace_imports.py --check    # exit 1 if anything would change
 
+A line that says ``namespace_imports: keep`` is left alone (a test's host app importing its
+own ``protocol``).
+
 Why: installed, tether is ONE top-level package (``tether.collab``, ``tether.ai``,
 ``tether.protocol``; see pyproject.toml and tether/__init__.py), so a host app's own
 ``protocol`` or ``collab`` module cannot shadow ours or be shadowed by it. Relative imports
@@ -22,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = "collab|ai|protocol"
 # Where code lives; Markdown too, for the import lines of its examples.
-ROOTS = ("collab", "ai", "protocol", "tests", "examples", "tether", "tools", "README.md")
+ROOTS = ("collab", "ai", "protocol", "tests", "examples", "tether", "README.md")
 SKIP = {"node_modules", "__pycache__", ".venv"}
 
 # "from collab.rooms import X" / "from ai import factory", at any indentation.
@@ -39,7 +42,25 @@ MODULE_ARGUMENT = re.compile(
 )
 
 
+KEEP = "namespace_imports: keep"
+
+
 def rewrite(text: str, where: Path) -> str:
+    return "".join(line if KEEP in line else _rewrite(line, where) for line in _statements(text))
+
+
+def _statements(text: str) -> list[str]:
+    """Lines, except that a "-m", followed by its module on the next line stays one piece."""
+    pieces: list[str] = []
+    for line in text.splitlines(keepends=True):
+        if pieces and pieces[-1].rstrip().endswith(('"-m",', "'-m',")):
+            pieces[-1] += line
+        else:
+            pieces.append(line)
+    return pieces
+
+
+def _rewrite(text: str, where: Path) -> str:
     text = FROM_IMPORT.sub(lambda m: f"{m['indent']}from tether.{m['module']} import ", text)
 
     def plain(match: re.Match[str]) -> str:
@@ -73,18 +94,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if needed")
     args = parser.parse_args()
-    changed = []
+    changed: dict[Path, str] = {}
     for path in files():
         if path.is_symlink():
             continue
         before = path.read_text()
-        after = rewrite(before, path)
+        after = rewrite(before, path)  # all or nothing: a refusal exits before any write
         if after != before:
-            changed.append(path.relative_to(REPO))
-            if not args.check:
-                path.write_text(after)
-    for path in changed:
-        print(("would rewrite " if args.check else "rewrote ") + str(path))
+            changed[path] = after
+    for path, after in changed.items():
+        if not args.check:
+            path.write_text(after)
+        print(("would rewrite " if args.check else "rewrote ") + str(path.relative_to(REPO)))
     return 1 if args.check and changed else 0
 
 

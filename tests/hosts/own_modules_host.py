@@ -11,9 +11,9 @@ import sys
 
 import uvicorn
 
-import ai  # the host's
-import collab  # the host's
-import protocol  # the host's
+import ai  # the host's own (namespace_imports: keep)
+import collab  # the host's own (namespace_imports: keep)
+import protocol  # the host's own (namespace_imports: keep)
 import tether
 from tether import Settings, TetherServer
 from tether.client import TetherClient
