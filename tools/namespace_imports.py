@@ -3,8 +3,11 @@
 ``python -m collab.cli`` / ``-m ai.worker`` module arguments of subprocesses. Idempotent:
 re-run it after merging a branch that still writes the old imports.
 
-    python tools/namespace_imports.py            # rewrite
-    python tools/namespace_imports.py --check    # exit 1 if anything would change
+    .venv/bin/python tools/namespace_imports.py            # rewrite, then ruff the files
+    .venv/bin/python tools/namespace_imports.py --check    # exit 1 if anything would change
+
+After rewriting it runs ruff on the changed Python files (import order, then format: longer
+names can reorder import blocks and lengthen lines), so the result is ruff clean.
 
 A line that says ``namespace_imports: keep`` is left alone (a test's host app importing its
 own ``protocol``).
@@ -18,7 +21,10 @@ inside a package (``from .room import Room``) need no change and are left alone.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,6 +81,18 @@ def _rewrite(text: str, where: Path) -> str:
     )
 
 
+def tidy(paths: list[str]) -> None:
+    ruff = (
+        [sys.executable, "-m", "ruff"] if _has_ruff_module() else [shutil.which("ruff") or "ruff"]
+    )
+    subprocess.run([*ruff, "check", "-q", "--select", "I", "--fix", *paths], cwd=REPO, check=True)
+    subprocess.run([*ruff, "format", "-q", *paths], cwd=REPO, check=True)
+
+
+def _has_ruff_module() -> bool:
+    return importlib.util.find_spec("ruff") is not None
+
+
 def files() -> list[Path]:
     found: list[Path] = []
     for root in ROOTS:
@@ -106,6 +124,9 @@ def main() -> int:
         if not args.check:
             path.write_text(after)
         print(("would rewrite " if args.check else "rewrote ") + str(path.relative_to(REPO)))
+    python_files = [str(p) for p in changed if p.suffix == ".py"]
+    if python_files and not args.check:
+        tidy(python_files)
     return 1 if args.check and changed else 0
 
 
