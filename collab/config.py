@@ -117,7 +117,11 @@ class Settings:
                 object.__setattr__(self, f.name, Path(value))
             elif default is float and isinstance(value, int) and not isinstance(value, bool):
                 object.__setattr__(self, f.name, float(value))
-            elif not isinstance(value, default) or isinstance(value, bool):
+            elif default is type(None):
+                continue  # an optional field: its annotation, not its default, says more
+            elif not isinstance(value, default) or (
+                isinstance(value, bool) and default is not bool
+            ):
                 raise TypeError(
                     f"Settings.{f.name} must be {default.__name__}, not {type(value).__name__}"
                     f" ({value!r})"
