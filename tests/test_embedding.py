@@ -17,8 +17,8 @@ import httpx
 import pytest
 import websockets
 
-from protocol.client import TetherClient
 from tests.hostproc import REPO, HostProcess
+from tether.protocol.client import TetherClient
 
 pytestmark = pytest.mark.anyio
 

@@ -13,12 +13,12 @@ import httpx
 import pytest
 import websockets
 
-from collab.auth import make_token
-from protocol.client import PermissionDeniedError, TetherClient
-from protocol.messages import Stateless
 from tests.hostproc import REPO, HostProcess
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import SECRET
+from tether.collab.auth import make_token
+from tether.protocol.client import PermissionDeniedError, TetherClient
+from tether.protocol.messages import Stateless
 
 pytestmark = pytest.mark.anyio
 

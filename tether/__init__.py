@@ -17,14 +17,14 @@ _HERE = _Path(__file__).resolve().parent
 if not (_HERE / "collab").is_dir() and (_HERE.parent / "collab" / "__init__.py").is_file():
     __path__.append(str(_HERE.parent))  # a source checkout: tether.collab is ../collab
 
-from collab.auth import AuthError, Grant  # noqa: E402
-from collab.config import Settings  # noqa: E402
-from collab.direct import DirectConnection, DocumentClosed  # noqa: E402
-from collab.hooks import AuthRequest, ConnectionInfo, Extension  # noqa: E402
-from collab.room import Room  # noqa: E402
-from collab.server import NotStarted, TetherServer, create_app  # noqa: E402
-from collab.storage import StorageError, Store  # noqa: E402
-from collab.version import VERSION as __version__  # noqa: E402
+from tether.collab.auth import AuthError, Grant  # noqa: E402
+from tether.collab.config import Settings  # noqa: E402
+from tether.collab.direct import DirectConnection, DocumentClosed  # noqa: E402
+from tether.collab.hooks import AuthRequest, ConnectionInfo, Extension  # noqa: E402
+from tether.collab.room import Room  # noqa: E402
+from tether.collab.server import NotStarted, TetherServer, create_app  # noqa: E402
+from tether.collab.storage import StorageError, Store  # noqa: E402
+from tether.collab.version import VERSION as __version__  # noqa: E402
 
 __all__ = [
     "AuthError",

@@ -3,7 +3,7 @@ bots and tests."""
 
 from __future__ import annotations
 
-from protocol.client import (
+from tether.protocol.client import (
     ClientClosedError,
     DocumentHandle,
     PermissionDeniedError,
