@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import Settings, settings_from_env
+from .version import VERSION
 
 _HELP = {
     "host": "interface to listen on",
@@ -96,6 +97,7 @@ def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tether {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the sync server")

@@ -7,7 +7,7 @@ reads it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +104,29 @@ class Settings:
     openai_api_key: str = ""
     openai_api: str = "chat"
 
+    def __post_init__(self) -> None:
+        """Types are checked here, at construction: ``data_dir`` may be any path-like (a str
+        too), ints pass for floats, anything else of the wrong type is a TypeError now rather
+        than an AttributeError at startup."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            default = _DEFAULT_TYPES[f.name]
+            if default is Path:
+                if not isinstance(value, str | os.PathLike):
+                    raise TypeError(f"Settings.{f.name} must be a path, not {value!r}")
+                object.__setattr__(self, f.name, Path(value))
+            elif default is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+            elif default is type(None):
+                continue  # an optional field: its annotation, not its default, says more
+            elif not isinstance(value, default) or (
+                isinstance(value, bool) and default is not bool
+            ):
+                raise TypeError(
+                    f"Settings.{f.name} must be {default.__name__}, not {type(value).__name__}"
+                    f" ({value!r})"
+                )
+
     def with_overrides(self, **values: Any) -> Settings:
         known = {f.name for f in fields(self)}
         clean = {k: v for k, v in values.items() if k in known and v is not None}
@@ -139,6 +162,14 @@ class Settings:
             raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
+
+
+# Each field's type, read off its default (Path for data_dir).
+_DEFAULT_TYPES: dict[str, type] = {
+    f.name: type(f.default_factory() if f.default_factory is not MISSING else f.default)
+    for f in fields(Settings)
+}
+_DEFAULT_TYPES["data_dir"] = Path
 
 
 def settings_from_env(environ: dict[str, str] | None = None) -> Settings:

@@ -5,7 +5,12 @@ Knows nothing of rooms or sockets; they hold a ``Metrics`` and bump it.
 
 from __future__ import annotations
 
+import platform
+from importlib import metadata
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .version import VERSION
 
 _ACK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -66,6 +71,21 @@ class Metrics:
         self.auth_failures = Counter(
             "tether_auth_failures_total", "Refused document opens", ["reason"], registry=r
         )
+        self.build_info = Gauge(
+            "tether_build_info",
+            "Always 1; the labels say which tether, Python and pycrdt are running",
+            ["version", "python", "pycrdt"],
+            registry=r,
+        )
+        self.build_info.labels(*build_labels()).set(1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def build_labels() -> tuple[str, str, str]:
+    try:
+        pycrdt = metadata.version("pycrdt")
+    except metadata.PackageNotFoundError:
+        pycrdt = "unknown"
+    return VERSION, platform.python_version(), pycrdt

@@ -12,15 +12,15 @@ import asyncio
 import logging
 import time
 
-from protocol.errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow
-from protocol.messages import (
+from tether.protocol.errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow
+from tether.protocol.messages import (
     PING_FRAME,
     Awareness,
     QueryAwareness,
     Stateless,
     Sync,
 )
-from protocol.session import (
+from tether.protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
@@ -34,6 +34,8 @@ from protocol.session import (
 from .auth import AuthError, Grant
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
 from .context import ServerContext, Transport, valid_document_name
+from .grants import authenticate
+from .hooks import ConnectionInfo
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
 from .outbox import Outbox
 from .peer import Peer
@@ -46,10 +48,13 @@ _GRANT_CACHE_SIZE = 4
 
 
 class MuxConnection:
-    def __init__(self, transport: Transport, ctx: ServerContext) -> None:
+    def __init__(
+        self, transport: Transport, ctx: ServerContext, connection: ConnectionInfo | None = None
+    ) -> None:
         s = ctx.settings
         self._transport = transport
         self._ctx = ctx
+        self._connection = connection  # what on_authenticate hooks see of this socket
         self._session = ServerSession(
             SessionLimits(
                 max_frame_bytes=s.max_frame_bytes,
@@ -113,7 +118,7 @@ class MuxConnection:
         elif isinstance(event, Reply):
             self._outbox.put(event.frame)
         elif isinstance(event, AuthRequested):
-            for follow_up in self._authenticate(event):
+            for follow_up in await self._authenticate(event):
                 await self._handle(follow_up)
         elif isinstance(event, ChannelOpened):
             await self._open(event)
@@ -133,18 +138,21 @@ class MuxConnection:
         elif isinstance(message, QueryAwareness):
             room.send_presence(peer)
 
-    def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
+    async def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
         auth = self._ctx.authenticator
         if not valid_document_name(event.document):
             return self._session.deny(event.channel, "invalid document name")
         try:
-            grant = self._grants.get(event.token)
-            if grant is None:
-                grant = auth.verify(event.token)
-                if len(self._grants) >= _GRANT_CACHE_SIZE:
-                    self._grants.clear()
-                self._grants[event.token] = grant
-            auth.check(grant, event.document)
+            if self._ctx.hooks.has("on_authenticate"):  # per document: the host decides
+                grant = await authenticate(self._ctx, event.token, event.document, self._connection)
+            else:
+                grant = self._grants.get(event.token)
+                if grant is None:
+                    grant = auth.verify(event.token)
+                    if len(self._grants) >= _GRANT_CACHE_SIZE:
+                        self._grants.clear()
+                    self._grants[event.token] = grant
+                auth.check(grant, event.document)
         except AuthError as exc:
             self._ctx.metrics.auth_failures.labels(str(exc)).inc()
             return self._session.deny(event.channel, str(exc))

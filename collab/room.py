@@ -18,7 +18,7 @@ from typing import Any
 
 from pycrdt import Doc
 
-from protocol.sync import (
+from tether.protocol.sync import (
     EMPTY_UPDATE,
     AwarenessEntry,
     SyncMessage,
@@ -26,7 +26,7 @@ from protocol.sync import (
     SyncStep2,
     SyncUpdate,
 )
-from protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
 from .limits import refuse
@@ -140,6 +140,8 @@ class Room:
         self._step1_after_reload: dict[Peer, bytes] = {}
         self.closing = False
         self.on_empty: Callable[[Room], None] | None = None
+        # Server-side direct connections holding the room loaded (RoomManager.hold).
+        self.holders = 0
 
     @property
     def log_entries(self) -> int:
@@ -343,7 +345,8 @@ class Room:
         write = self._store.append_future(self.name, update)
         self._pending_writes.add(write)
         self._pending_appends.add(write)
-        write.add_done_callback(lambda done: self._stored(done, acks, entry, received))
+        write.add_done_callback(lambda done: self._stored(done, acks, entry, received, update))
+        self._hooks.on_store(self, update)
         return write
 
     def _stored(
@@ -352,6 +355,7 @@ class Room:
         acks: _AckQueue | None,
         entry: list[object] | None,
         received: float,
+        update: bytes,
     ) -> None:
         self._pending_writes.discard(write)
         self._pending_appends.discard(write)
@@ -365,6 +369,8 @@ class Room:
             entry[0], entry[1] = True, applied
             acks.flush()
             self._metrics.ack_seconds.observe(time.perf_counter() - received)
+        if applied:
+            self._hooks.after_store(self, update)
         if (
             applied
             and self._log_entries >= self._compact_threshold

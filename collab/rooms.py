@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 from pycrdt import Doc
 
-from protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
 from .metrics import Metrics
@@ -102,6 +102,20 @@ class RoomManager:
             if not room.peers and not room.closing and self._rooms.get(name) is room:
                 self._schedule_unload(room)
 
+    @contextlib.asynccontextmanager
+    async def hold(self, name: str) -> AsyncIterator[Room]:
+        """The loaded room, kept loaded until the block ends even if every editor leaves (a
+        server-side direct connection); then it unloads like an emptied room."""
+        room = await self.acquire(name)
+        room.holders += 1
+        try:
+            yield room
+        finally:
+            room.holders -= 1
+            if not room.holders and not room.peers and self._rooms.get(name) is room:
+                if not room.closing:
+                    self._schedule_unload(room)
+
     def _forget_loading(self, name: str, future: asyncio.Future[Room]) -> None:
         if self._loading.get(name) is future:
             del self._loading[name]
@@ -156,7 +170,7 @@ class RoomManager:
 
     def _start_unload(self, room: Room) -> None:
         self._unload_timers.pop(room.name, None)
-        if room.peers or room.closing or self._rooms.get(room.name) is not room:
+        if room.peers or room.holders or room.closing or self._rooms.get(room.name) is not room:
             return
         room.closing = True
         task = asyncio.ensure_future(self._unload(room))

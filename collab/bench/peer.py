@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection
 
-from protocol.messages import PONG_FRAME, AuthToken, Sync, decode_frame
-from protocol.sync import SyncStep1, SyncStep2, SyncUpdate
+from tether.protocol.messages import PONG_FRAME, AuthToken, Sync, decode_frame
+from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate
 
 
 class BenchPeer:

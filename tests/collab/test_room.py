@@ -7,17 +7,17 @@ import asyncio
 import pytest
 from pycrdt import Doc, Text
 
-from collab.auth import OPEN_GRANT, Grant
-from collab.hooks import Hooks
-from collab.metrics import Metrics
-from collab.outbox import Outbox
-from collab.peer import Peer
-from collab.room import InvalidUpdate, Room
-from collab.rooms import RoomManager
-from collab.storage import MemoryStore
-from protocol.lib0 import Decoder
-from protocol.messages import Awareness, Sync, SyncStatus, decode_frame
-from protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, SyncUpdate, encode_awareness
+from tether.collab.auth import OPEN_GRANT, Grant
+from tether.collab.hooks import Hooks
+from tether.collab.metrics import Metrics
+from tether.collab.outbox import Outbox
+from tether.collab.peer import Peer
+from tether.collab.room import InvalidUpdate, Room
+from tether.collab.rooms import RoomManager
+from tether.collab.storage import MemoryStore
+from tether.protocol.lib0 import Decoder
+from tether.protocol.messages import Awareness, Sync, SyncStatus, decode_frame
+from tether.protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, SyncUpdate, encode_awareness
 
 pytestmark = pytest.mark.anyio
 
@@ -285,7 +285,7 @@ async def test_reopening_during_the_grace_period_keeps_the_same_room() -> None:
 def good_then_orphaned(parent_client: int) -> bytes:
     """A valid insert into "content", then an item whose parent is a string item: yrs applies
     the first and fails on the second, leaving the first in the doc."""
-    from protocol.lib0 import write_var_string, write_var_uint
+    from tether.protocol.lib0 import write_var_string, write_var_uint
 
     out = write_var_uint(1) + write_var_uint(2) + write_var_uint(88) + write_var_uint(0)
     out += bytes([4]) + write_var_uint(1) + write_var_string("content") + write_var_string("GOOD")
