@@ -395,3 +395,27 @@ async def test_documents_survive_a_restart_with_their_versions(tmp_path: Path) -
             assert (await http.get("/api/documents/durable?format=text")).text == "d"
             versions = (await http.get("/api/versions/durable")).json()["versions"]
             assert [v["label"] for v in versions] == ["x"]
+
+
+async def test_edits_racing_a_delete_never_bring_the_document_back(tmp_path: Path) -> None:
+    """Updates still on their way to the store, a compaction due, and the shutdown's flush: none
+    may write the deleted document again (its appends precede the delete in the store's queue,
+    and the room is marked deleted before anything else can persist it)."""
+    with ServerProcess(tmp_path, compact_threshold=5) as server:
+        token = server.token()
+        async with await MuxPeer.connect(server.ws_url) as mux:
+            doc = await mux.open("racing", token)
+            await doc.append("seed")
+            await doc.wait_acked()
+            async with httpx.AsyncClient(base_url=server.http_url, headers=auth(token)) as http:
+                for i in range(50):  # not awaited one by one: many appends are in flight
+                    await doc.append(f" {i}")
+                deleted = await http.delete("/api/documents/racing")
+                assert deleted.status_code == 200
+                await doc.wait(lambda: doc.denied is not None, 10, "PermissionDenied")
+                assert (await http.get("/api/documents/racing")).status_code == 404
+        server.restart()
+        async with httpx.AsyncClient(base_url=server.http_url, headers=auth(token)) as http:
+            assert (await http.get("/api/documents/racing")).status_code == 404
+            listed = (await http.get("/api/documents")).json()["documents"]
+            assert "racing" not in [d["name"] for d in listed]
