@@ -142,6 +142,11 @@ def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
     )
 
 
+def skip_content(d: Decoder, kind: int) -> int:
+    """Reads past an item's content of ``kind``; its length in clock units."""
+    return _content(d, kind)
+
+
 def _content(d: Decoder, kind: int) -> int:
     """Skips the content and returns its length in clock units."""
     if kind == DELETED:
