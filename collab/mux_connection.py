@@ -34,6 +34,7 @@ from protocol.session import (
 from .auth import AuthError, Grant
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
 from .context import ServerContext, Transport, valid_document_name
+from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
 from .outbox import Outbox
 from .peer import Peer
@@ -61,6 +62,7 @@ class MuxConnection:
             ctx.preauth_budget,
         )
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._attached: dict[str, tuple[Room, Peer]] = {}
         self._grants: dict[str, Grant] = {}
         self._grant_of_channel: dict[str, Grant] = {}
@@ -165,6 +167,7 @@ class MuxConnection:
             return
         grant = self._grant_of_channel[event.channel]
         peer = Peer(self._outbox, grant, event.scope, event.channel)
+        peer.initial_sync = self._initial_sync
         room.attach(peer)
         self._attached[event.channel] = (room, peer)
 
@@ -176,6 +179,7 @@ class MuxConnection:
             room.detach(peer)
 
     def _detach_all(self) -> None:
+        self._initial_sync.close()
         detach_each([lambda c=channel: self._detach(c) for channel in list(self._attached)])
 
     async def _monitor(self) -> CloseConnection:

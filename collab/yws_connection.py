@@ -22,6 +22,7 @@ from protocol.yws import (
 from .auth import AuthError, Grant
 from .close_codes import TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
+from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
 from .outbox import Outbox
 from .peer import Peer
@@ -53,6 +54,7 @@ class YwsConnection:
         self._grant = grant
         s = ctx.settings
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
@@ -60,13 +62,14 @@ class YwsConnection:
         try:
             room = await self._ctx.rooms.acquire(self._document)
             peer = Peer(self._outbox, self._grant, self._grant.scope, None)
+            peer.initial_sync = self._initial_sync
             room.attach(peer)
             await run_connection(
                 receive_loop=self._receive_loop(room, peer),
                 monitor=self._monitor(),
                 outbox=self._outbox,
                 transport=self._transport,
-                detach=lambda: detach_each([lambda: room.detach(peer)]),
+                detach=lambda: detach_each([self._initial_sync.close, lambda: room.detach(peer)]),
                 metrics=metrics,
             )
         finally:
