@@ -98,7 +98,5 @@ async def test_past_the_limit_only_the_extra_documents_are_refused(limited: Serv
         limit="max_documents_per_connection",
     )
     assert after - before == 3
-    logged = [
-        line for line in limited.log().splitlines() if "max_documents_per_connection" in line
-    ]
+    logged = [line for line in limited.log().splitlines() if "max_documents_per_connection" in line]
     assert len(logged) == 1, logged  # once per connection, not once per refused document
