@@ -133,7 +133,7 @@ class MuxConnection:
                 _LIMIT_SETTINGS.get(event.limit, event.limit),
                 self._refusals_logged,
                 "a /ws connection",
-                f"refused a document past the limit ({event.channel[:64]!r})",
+                f"refused a document past {event.limit} ({event.channel[:64]!r})",
             )
 
     def _dispatch(self, event: Incoming) -> None:
@@ -245,7 +245,10 @@ class MuxConnection:
 
 
 # The session's limit names → the settings an operator raises.
-_LIMIT_SETTINGS = {"max_documents": "max_documents_per_connection"}
+_LIMIT_SETTINGS = {
+    "max_documents": "max_documents_per_connection",
+    "max_frame_bytes": "max_frame_bytes",
+}
 
 _SESSION_LIMITS = (ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow)
 

@@ -11,7 +11,9 @@ import asyncio
 import logging
 import time
 
+from protocol.lib0 import write_var_uint
 from protocol.yws import (
+    YWS_SYNC,
     YAwareness,
     YPermissionDenied,
     YQueryAwareness,
@@ -24,6 +26,7 @@ from .close_codes import TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
 from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .limits import refuse
 from .outbox import Outbox
 from .peer import Peer
 from .room import Room
@@ -33,6 +36,7 @@ log = logging.getLogger(__name__)
 # An awareness update with no entries: a no-op for the client that still proves we are alive
 # (y-websocket reconnects after 30 s without any message).
 KEEPALIVE_FRAME = b"\x01\x01\x00"
+YWS_SYNC_BYTE = write_var_uint(YWS_SYNC)
 
 
 def authorize(ctx: ServerContext, document: str, token: str) -> Grant:
@@ -81,6 +85,9 @@ class YwsConnection:
             data = await self._transport.receive()
             if data is None:
                 return
+            if len(data) > limit and data[:1] == YWS_SYNC_BYTE:
+                self._refuse_upload(peer, len(data), limit)
+                continue
             message = decode_yws_frame(data, max_frame_bytes=limit)
             if isinstance(message, YSync):
                 room.handle_sync(peer, message.message)
@@ -90,6 +97,16 @@ class YwsConnection:
                 room.send_presence(peer)
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
+
+    def _refuse_upload(self, peer: Peer, size: int, limit: int) -> None:
+        """An editor's own change over ``max_frame_bytes`` (a paste). Closing would make
+        y-websocket reconnect and send it again, forever: instead the socket stays, the editor
+        is told (permission denied, which y-websocket reports) and is read-only from now on,
+        so later edits built on the refused one are not asked for again either."""
+        reason = f"update too large: {size} bytes, this server takes at most {limit}; read-only"
+        refuse(self._ctx.metrics, "max_frame_bytes", peer.refusals_logged, peer.label, reason)
+        peer.scope = "readonly"
+        peer.send(YPermissionDenied(reason).encode())
 
     async def _monitor(self) -> CloseConnection:
         """Keepalive frames, and the decisions to close: a reader that fell behind, a token that

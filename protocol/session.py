@@ -21,6 +21,8 @@ this file (PROTOCOL.md carries a copy of this table; a test keeps them equal):
     OPEN            other message   OPEN            Incoming
     OPEN            Token           VERIFYING       AuthRequested (re-verified, keeps its scope)
     OPEN            revoke          DENIED          Reply(PermissionDenied), ChannelClosed
+    OPEN            Sync too big    DENIED          Reply(PermissionDenied), ChannelClosed,
+                                                    ChannelRefused [4]
     DENIED          other message   DENIED          - (dropped)
     DENIED          Token           VERIFYING       AuthRequested
     any             Close           (none)          ChannelClosed [2]
@@ -30,6 +32,7 @@ this file (PROTOCOL.md carries a copy of this table; a test keeps them equal):
     [1] only if the channel was not open already (a re-verification keeps it attached)
     [2] only if the channel was open (or re-verifying after being open)
     [3] a new channel while ``max_documents`` are held: refused, and not remembered
+    [4] over ``max_frame_bytes``; any other frame that large raises ``FrameTooLarge``
 
 A new channel beyond ``max_documents`` is refused on its own (``PermissionDenied`` to its Token,
 its other messages dropped) while the connection and its other documents carry on; it is not
@@ -48,10 +51,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow, SessionViolation
+from .errors import (
+    ChannelNameTooLong,
+    DecodeError,
+    FrameTooLarge,
+    QueueBudgetExhausted,
+    QueueOverflow,
+    SessionViolation,
+)
+from .lib0 import Decoder
 from .messages import (
     CHANNEL_SEPARATOR,
     PONG_FRAME,
+    SYNC,
     Authenticated,
     AuthToken,
     ChannelMessage,
@@ -176,7 +188,9 @@ class ServerSession:
         self._queued_bytes = 0
 
     def receive(self, data: bytes, now: float) -> list[SessionEvent]:
-        message = decode_frame(data, max_frame_bytes=self.limits.max_frame_bytes)
+        if len(data) > self.limits.max_frame_bytes:
+            return self._on_oversized(data)
+        message = decode_frame(data)
         if isinstance(message, Ping):
             return [Reply(PONG_FRAME)]
         if isinstance(message, Pong):
@@ -266,6 +280,18 @@ class ServerSession:
             if ch.state in waiting and now - ch.waiting_since > auth_timeout
         ]
 
+    def _on_oversized(self, data: bytes) -> list[SessionEvent]:
+        """A frame over ``max_frame_bytes``. A Sync on an open channel is an editor's own big
+        change (a paste): closing the socket would make the provider reconnect and send it
+        again, forever. So only that document is refused, for good on this connection; anything
+        else that large is hostile and ends the connection (``FrameTooLarge``)."""
+        limit = self.limits.max_frame_bytes
+        channel = _sync_channel_of(data)
+        if channel is None or self.state_of(channel) is not ChannelState.OPEN:
+            raise FrameTooLarge(f"frame of {len(data)} bytes exceeds {limit}")
+        reason = f"update too large: {len(data)} bytes, this server takes at most {limit}"
+        return [*self.revoke(channel, reason), ChannelRefused(channel, "max_frame_bytes")]
+
     def _on_token(self, message: AuthToken, now: float) -> list[SessionEvent]:
         state = self._channel(message.channel, now)
         if state is None:
@@ -339,3 +365,13 @@ class ServerSession:
             raise ChannelNameTooLong(
                 f"channel name too long: session id over {limits.max_session_id_bytes} bytes"
             )
+
+
+def _sync_channel_of(data: bytes) -> str | None:
+    """The channel of a Sync frame, read from its header only; None for any other frame."""
+    try:
+        decoder = Decoder(data)
+        channel = decoder.read_var_string()
+        return channel if decoder.read_var_uint() == SYNC else None
+    except DecodeError:
+        return None
