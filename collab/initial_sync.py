@@ -52,6 +52,9 @@ class InitialSync:
         """Send ``diff`` (what ``state_vector`` lacks of ``room``) in pieces, now or after the
         sync already running; a waiting one recomputes its diff when its turn comes."""
         if self._task is None or self._task.done():
+            # Active from now, not from the task's first step: the peer's next frame (its
+            # answer to our step1) may be handled first, and its ack must already be held.
+            self._active = peer
             self._task = asyncio.ensure_future(self._run(room, peer, diff))
             return
         self._waiting.append((room, peer, _known_clients_only(state_vector, room)))
