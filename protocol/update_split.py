@@ -81,15 +81,17 @@ def split_update(update: bytes, max_bytes: int) -> Iterator[bytes]:
         client = d.read_var_uint()
         clock = d.read_var_uint()
         for _ in range(count):
-            struct, length, item = _read_struct(d, update, client, clock)
+            struct, length = _read_struct(d, update, client, clock)
             while True:
-                if piece.size + len(struct) <= budget:
-                    piece.add(client, clock, struct)
+                item = struct if isinstance(struct, _StringItem) else None
+                size = item.size if item is not None else len(struct)
+                if piece.size + size <= budget:
+                    piece.add(client, clock, item.encode() if item is not None else struct)
                     break
                 room = budget - piece.size - 24
                 head = item.cut(room) if item is not None and room > 0 else None
                 if head is not None:
-                    head_bytes, head_length, struct, item = head
+                    head_bytes, head_length, struct = head
                     piece.add(client, clock, head_bytes)
                     clock += head_length
                     length -= head_length
@@ -97,7 +99,7 @@ def split_update(update: bytes, max_bytes: int) -> Iterator[bytes]:
                     yield piece.encode()
                     piece = _Piece()
                 elif head is None:  # indivisible and larger than a whole piece: alone
-                    piece.add(client, clock, struct)
+                    piece.add(client, clock, item.encode() if item is not None else struct)
                     yield piece.encode()
                     piece = _Piece()
                     break
@@ -138,33 +140,44 @@ def _delete_set_update(entries: list[bytes]) -> bytes:
 
 
 class _StringItem:
-    """A string item that can be cut: its header as written, its UTF-8 text, and what its
-    tail needs to continue it (client, first clock, right origin, info byte)."""
+    """A string item that can be cut: its header as written and its text as a byte range of the
+    update (no copy: cutting a 20 MB string into pieces must not copy the rest each time), plus
+    what a tail needs to continue it (client, first clock, right origin, info byte)."""
 
-    __slots__ = ("client", "clock", "header", "info", "right_origin", "text")
+    __slots__ = ("client", "clock", "end", "header", "info", "right_origin", "source", "start")
 
     def __init__(
         self,
         header: bytes,
-        text: bytes,
+        source: bytes,
+        span: tuple[int, int],
         info: int,
         client: int,
         clock: int,
         right_origin: tuple[int, int] | None,
     ) -> None:
-        self.header, self.text, self.info = header, text, info
-        self.client, self.clock, self.right_origin = client, clock, right_origin
+        self.header, self.source, (self.start, self.end) = header, source, span
+        self.info, self.client, self.clock, self.right_origin = info, client, clock, right_origin
 
-    def cut(self, room: int) -> tuple[bytes, int, bytes, _StringItem] | None:
-        """(head struct, head clocks, tail struct, tail item), the head at most ``room``
-        bytes; None if not even one character fits."""
-        text = self.text
-        end = min(len(text) - 1, room - len(self.header) - 8)
-        while end > 0 and text[end] & 0xC0 == 0x80:  # never inside a UTF-8 sequence
+    @property
+    def size(self) -> int:
+        length = self.end - self.start
+        return len(self.header) + len(write_var_uint(length)) + length
+
+    def encode(self) -> bytes:
+        text = self.source[self.start : self.end]
+        return self.header + write_var_uint8_array(text)
+
+    def cut(self, room: int) -> tuple[bytes, int, _StringItem] | None:
+        """(head struct, head clocks, the rest as an item), the head at most ``room`` bytes;
+        None if not even one character fits."""
+        source, start = self.source, self.start
+        end = min(self.end - 1, start + room - len(self.header) - 8)
+        while end > start and source[end] & 0xC0 == 0x80:  # never inside a UTF-8 sequence
             end -= 1
-        if end <= 0:
+        if end <= start:
             return None
-        head_text, rest = text[:end], text[end:]
+        head_text = source[start:end]
         head_length = utf16_length(head_text)
         last = self.clock + head_length - 1
         tail_header = bytes([self.info | _ORIGIN]) + write_var_uint(self.client)
@@ -173,22 +186,29 @@ class _StringItem:
             tail_header += write_var_uint(self.right_origin[0])
             tail_header += write_var_uint(self.right_origin[1])
         # With a left origin Yjs reads no parent; the parent-sub bit stays as the item had it.
-        tail = _StringItem(tail_header, rest, self.info, self.client, last + 1, self.right_origin)
-        head = self.header + write_var_uint8_array(head_text)
-        return head, head_length, tail_header + write_var_uint8_array(rest), tail
+        tail = _StringItem(
+            tail_header,
+            source,
+            (end, self.end),
+            self.info,
+            self.client,
+            last + 1,
+            self.right_origin,
+        )
+        return self.header + write_var_uint8_array(head_text), head_length, tail
 
 
 def _read_struct(
     d: Decoder, update: bytes, client: int, clock: int
-) -> tuple[bytes, int, _StringItem | None]:
-    """One struct's bytes, its length in clocks, and the item to cut it by (None: a struct
-    that is never cut; a GC, Skip or deleted run is a few bytes however long it is)."""
+) -> tuple[bytes | _StringItem, int]:
+    """One struct and its length in clocks: a string item, which can be cut, or the bytes of a
+    struct that is never cut (a GC, Skip or deleted run is a few bytes however long it is)."""
     start = d.pos
     info = d.read_bytes(1)[0]
     kind = info & 0x1F
     if kind in (_GC, _SKIP):
         length = d.read_var_uint()
-        return update[start : d.pos], length, None
+        return update[start : d.pos], length
     right_origin: tuple[int, int] | None = None
     if info & _ORIGIN:
         d.read_var_uint(), d.read_var_uint()
@@ -203,11 +223,14 @@ def _read_struct(
             d.read_var_string()
     header = update[start : d.pos]
     if kind == STRING:
-        text = d.read_var_uint8_array()
-        item = _StringItem(header, text, info, client, clock, right_origin)
-        return update[start : d.pos], utf16_length(text), item
+        size = d.read_var_uint()
+        text_start = d.pos
+        d.skip(size)
+        span = (text_start, d.pos)
+        item = _StringItem(header, update, span, info, client, clock, right_origin)
+        return item, utf16_length(update[text_start : d.pos])
     length = skip_content(d, kind)
-    return update[start : d.pos], length, None
+    return update[start : d.pos], length
 
 
 def utf16_length(text: bytes) -> int:
