@@ -23,9 +23,9 @@ import asyncio
 import collections
 from typing import TYPE_CHECKING
 
-from protocol.lib0 import Decoder, write_var_uint
-from protocol.sync import SyncStep2, SyncUpdate
-from protocol.update_split import split_update
+from tether.protocol.lib0 import Decoder, write_var_uint
+from tether.protocol.sync import SyncStep2, SyncUpdate
+from tether.protocol.update_split import split_update
 
 from .metrics import Metrics
 from .outbox import Outbox

@@ -11,8 +11,8 @@ import asyncio
 import logging
 import time
 
-from protocol.lib0 import write_var_uint
-from protocol.yws import (
+from tether.protocol.lib0 import write_var_uint
+from tether.protocol.yws import (
     YWS_SYNC,
     YAwareness,
     YPermissionDenied,

@@ -11,11 +11,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from protocol.messages import Sync
-from protocol.sync import SyncStep2
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, RawDoc
 from tests.serverproc import ServerProcess
+from tether.protocol.messages import Sync
+from tether.protocol.sync import SyncStep2
 
 pytestmark = pytest.mark.anyio
 

@@ -11,10 +11,10 @@ import subprocess
 
 from pycrdt import Doc, Map, Text
 
-from protocol.lib0 import Decoder
-from protocol.update_scan import STRING, scan_update
-from protocol.update_split import split_update, utf16_length
 from tests.jsclient import NODE_MODULES_MISSING, TESTS_DIR, node_available
+from tether.protocol.lib0 import Decoder
+from tether.protocol.update_scan import STRING, scan_update
+from tether.protocol.update_split import split_update, utf16_length
 
 
 def edited_document(seed: int) -> Doc:
