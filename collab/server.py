@@ -36,6 +36,7 @@ from .close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
 from .config import Settings
 from .context import ServerContext, valid_document_name
 from .hooks import Hooks
+from .http_transport import HttpTransport
 from .metrics import Metrics
 from .mux_connection import MuxConnection
 from .origins import OriginPolicy
@@ -103,6 +104,7 @@ def create_app(
     ProcessCollector(registry=metrics.registry)
     authenticator = Authenticator(settings.auth, settings.jwt_secret)
     holder: dict[str, Any] = {}
+    http_transport = HttpTransport(settings, metrics, authenticator)  # the fallback for /ws
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -145,6 +147,7 @@ def create_app(
             )
             holder["ai"] = engine
             app.state.ctx = holder["ctx"]
+            await stack.enter_async_context(http_transport.running(holder["ctx"]))
             yield
 
     async def ws_endpoint(ws: _AsgiWebSocket) -> None:
@@ -285,6 +288,7 @@ def create_app(
         Route("/api/documents", list_documents),
         Route("/api/suggest", suggest_endpoint, methods=["POST"]),
         Route("/api/documents/{name:path}", get_document),
+        *http_transport.routes(),
     ]
     http_app = Starlette(routes=routes, lifespan=lifespan)
     origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
