@@ -181,26 +181,34 @@ class HttpLink:
             self._unacked_bytes = 0
         params = {"mode": "poll"} if self.polling else None
         headers = self._headers(**{RESUME_HEADER: resume})
-        async with self._client.stream(
-            "GET", "/http/events", params=params, headers=headers
-        ) as reply:
-            if reply.status_code != 200:
-                await reply.aread()
-                raise _SessionLost(f"HTTP session lost ({reply.status_code})")
-            chunks = reply.aiter_raw()
-            if not self.polling:
-                try:
-                    async with asyncio.timeout(self._first_byte_timeout):
-                        first = await anext(chunks)
-                except TimeoutError:
-                    log.info("no first byte on the HTTP stream: switching to long polling")
-                    self.polling = True
-                    return
-                for event in parser.feed(first):
-                    yield event
+        request = self._client.build_request("GET", "/http/events", params=params, headers=headers)
+        reply: httpx.Response | None = None
+        first = b""
+        try:
+            # Headers and the first byte within first_byte_timeout, or the stream is being held
+            # by something on the way (a buffering proxy): long polls get through those.
+            async with asyncio.timeout(None if self.polling else self._first_byte_timeout):
+                reply = await self._client.send(request, stream=True)
+                if reply.status_code != 200:
+                    await reply.aread()
+                    raise _SessionLost(f"HTTP session lost ({reply.status_code})")
+                chunks = reply.aiter_raw()
+                if not self.polling:
+                    first = await anext(chunks, b"")
+        except TimeoutError:
+            log.info("no first byte on the HTTP stream: switching to long polling")
+            self.polling = True
+            if reply is not None:
+                await reply.aclose()
+            return
+        try:
+            for event in parser.feed(first):
+                yield event
             async for chunk in chunks:
                 for event in parser.feed(chunk):
                     yield event
+        finally:
+            await reply.aclose()
 
     async def _write(self) -> None:
         """POST what is queued, one batch at a time, and acknowledge what arrived."""
