@@ -28,6 +28,7 @@ class LoopbackProxy:
         self.refused_upgrades = 0
         self.port = 0
         self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
 
     @property
     def http_url(self) -> str:
@@ -43,6 +44,11 @@ class LoopbackProxy:
         return self
 
     async def aclose(self) -> None:
+        for task in list(self._handlers):
+            task.cancel()
+        for task in list(self._handlers):
+            with contextlib.suppress(BaseException):
+                await task
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
@@ -57,6 +63,15 @@ class LoopbackProxy:
         await self.aclose()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._relay(reader, writer)
+        finally:
+            self._handlers.discard(task)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
@@ -91,6 +106,8 @@ class LoopbackProxy:
             pass
         finally:
             upload.cancel()
+            with contextlib.suppress(BaseException):
+                await upload
             for w in (writer, up_writer):
                 w.close()
 
