@@ -54,7 +54,9 @@ def encode_event(seq: int, frame: bytes) -> bytes:
 
 
 def encode_close(code: int, reason: str) -> bytes:
-    payload = json.dumps({"code": code, "reason": reason}, ensure_ascii=False)
+    payload = json.dumps(
+        {"code": code, "reason": reason}, ensure_ascii=False, separators=(",", ":")
+    )
     return b"event: close\ndata: " + payload.encode("utf-8") + b"\n\n"
 
 
