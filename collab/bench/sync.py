@@ -31,7 +31,7 @@ from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 
 from protocol.errors import ProtocolError
-from protocol.http_client import HttpLink, http_base_of
+from protocol.http_client import http_base_of
 from protocol.lib0 import Decoder
 from protocol.messages import (
     PONG_FRAME,
@@ -43,6 +43,7 @@ from protocol.messages import SyncStatus as SyncStatusMessage
 from protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
 from protocol.yws import YSync
 
+from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
 
 
@@ -107,7 +108,7 @@ class Editor:
     protocol: str
     recorder: Recorder
     transport: str = "ws"
-    ws: ClientConnection | HttpLink | None = None
+    ws: ClientConnection | BenchHttpLink | None = None
     ydoc: Doc = field(default_factory=Doc)
     pending_acks: collections.deque[float | None] = field(default_factory=collections.deque)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
@@ -124,7 +125,7 @@ class Editor:
         else:
             target = url
         if self.transport == "http":
-            self.ws = await HttpLink.open(http_base_of(url), token, timeout=30)
+            self.ws = await BenchHttpLink.open(http_base_of(url), token)
         else:
             self.ws = await connect(target, max_size=None, compression=None, open_timeout=30)
         if self.protocol == "tether":
