@@ -76,11 +76,12 @@ class HttpSession:
         self.replay = ReplayBuffer(replay_bytes)
         self._budget = budget
         self._on_full = on_full  # counts and logs a wait on a full buffer (limit name)
-        # Frames POSTed up, taken by the connection's receive loop. One POST at a time is let
-        # in (``_post_lock``), so this holds at most one bounded body.
+        # Frames POSTed up, taken by the connection's receive loop. One POST at a time reads
+        # its body and hands it over (``post_lock``, held by the endpoint around both), so this
+        # and the bodies in memory are at most one bounded body per session.
         self._inbox: asyncio.Queue[bytes | ProtocolError | None] = asyncio.Queue()
         self._holding = False  # the receive loop has an item it has not finished with
-        self._post_lock = asyncio.Lock()
+        self.post_lock = asyncio.Lock()
         self.changed = _Signal()  # a frame added, acked, closed, ended, a stream replaced
         self.close_reason: tuple[int, str] | None = None
         self.close_delivered = asyncio.Event()
@@ -135,20 +136,19 @@ class HttpSession:
 
     async def deliver(self, frames: list[bytes] | ProtocolError) -> bool:
         """Hand a POST's frames to the connection and wait until it has handled them (so the
-        answer reflects them and bodies cannot pile up); False if the session closed."""
-        async with self._post_lock:
-            if self.finished.is_set() or self.close_reason is not None:
-                return False
-            for item in frames if isinstance(frames, list) else [frames]:
-                self._inbox.put_nowait(item)
-            handled = asyncio.ensure_future(self._inbox.join())
-            finished = asyncio.ensure_future(self.finished.wait())
-            try:
-                await asyncio.wait({handled, finished}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                handled.cancel()
-                finished.cancel()
-            return self.close_reason is None and not self.finished.is_set()
+        answer reflects them); False if the session closed. Call it holding ``post_lock``."""
+        if self.finished.is_set() or self.close_reason is not None:
+            return False
+        for item in frames if isinstance(frames, list) else [frames]:
+            self._inbox.put_nowait(item)
+        handled = asyncio.ensure_future(self._inbox.join())
+        finished = asyncio.ensure_future(self.finished.wait())
+        try:
+            await asyncio.wait({handled, finished}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            handled.cancel()
+            finished.cancel()
+        return self.close_reason is None and not self.finished.is_set()
 
     def ack(self, upto: int) -> None:
         released = self.replay.ack(upto)

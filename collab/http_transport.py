@@ -121,16 +121,19 @@ class HttpTransport:
         if ack is not None:
             session.ack(ack)
         limit = self._settings.max_frame_bytes + _BATCH_OVERHEAD
-        body = await _read_body(request, limit)
-        if body is None:
-            delivered = await session.deliver(FrameTooLarge("batch too large"))
-        else:
-            try:
-                frames = decode_batch(body)
-            except DecodeError as exc:
-                delivered = await session.deliver(exc)
+        # One POST per session at a time reads its body: concurrent POSTs cannot make us hold
+        # many bodies (a waiting one stays in its socket, under uvicorn's flow control).
+        async with session.post_lock:
+            body = await _read_body(request, limit)
+            if body is None:
+                delivered = await session.deliver(FrameTooLarge("batch too large"))
             else:
-                delivered = await session.deliver(frames)
+                try:
+                    frames = decode_batch(body)
+                except DecodeError as exc:
+                    delivered = await session.deliver(exc)
+                else:
+                    delivered = await session.deliver(frames)
         if delivered:
             return Response(status_code=204)
         return _closed(session)

@@ -201,6 +201,7 @@ class TetherClient:
         self._ws_retry_interval = ws_retry_interval
         self._ws_broken_at: float | None = None  # when "auto" last gave up on the socket
         self._ws_deaths = 0
+        self._fallbacks = 0  # in a row: each doubles the wait before trying the socket again
         self.transport_in_use: str | None = None  # "ws" or "http" while connected
         self.reconnect = reconnect
         self._backoff_initial = backoff_initial
@@ -331,9 +332,14 @@ class TetherClient:
         if self.transport != "auto":
             return self.transport
         broken = self._ws_broken_at
-        if broken is not None and time.monotonic() - broken < self._ws_retry_interval:
+        if broken is not None and time.monotonic() - broken < self._retry_interval():
             return "http"
         return "ws"
+
+    def _retry_interval(self) -> float:
+        # A proxy that lets the upgrade through but kills the socket would otherwise have us
+        # flap between the two every interval: each fallback in a row doubles it (to 16x).
+        return self._ws_retry_interval * 2 ** min(max(self._fallbacks - 1, 0), 4)
 
     def _judge_socket(self, opened_at: float | None) -> None:
         """After a socket ends: did the upgrade fail, or did it die young (again)?"""
@@ -347,10 +353,12 @@ class TetherClient:
             died = self._ws_deaths >= _DEATHS_BEFORE_FALLBACK
         else:
             self._ws_deaths, died = 0, False
+            self._fallbacks = 0  # the socket lived: it works here
         if died:
             log.info("WebSocket unavailable; falling back to HTTP")
             self._ws_broken_at = time.monotonic()
             self._ws_deaths = 0
+            self._fallbacks += 1
 
     def _session_token(self) -> str:
         """The token that opens an HTTP session: the client's, else any open document's."""
@@ -362,7 +370,7 @@ class TetherClient:
         """While "auto" is on HTTP: every ws_retry_interval, try a WebSocket handshake; return
         once one succeeds (the caller then drops HTTP and reconnects over the socket)."""
         while True:
-            await asyncio.sleep(self._ws_retry_interval)
+            await asyncio.sleep(self._retry_interval())
             try:
                 async with connect(self.url, open_timeout=self._open_timeout):
                     pass

@@ -21,9 +21,21 @@ _REFUSAL = (
 
 
 class LoopbackProxy:
-    def __init__(self, upstream_port: int, *, buffer_responses: bool = False) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        *,
+        buffer_responses: bool = False,
+        refuse_upgrades: bool = True,
+        kill_upgrades_after: float | None = None,
+    ) -> None:
         self.upstream_port = upstream_port
         self.buffer_responses = buffer_responses
+        # False: WebSockets pass; with kill_upgrades_after they are cut that many seconds
+        # after they open (a proxy that kills long-lived connections).
+        self.refuse_upgrades = refuse_upgrades
+        self.kill_upgrades_after = kill_upgrades_after
+        self.killed_upgrades = 0
         self.request_lines: list[str] = []
         self.refused_upgrades = 0
         self.port = 0
@@ -79,7 +91,11 @@ class LoopbackProxy:
             return
         lines = head.split(b"\r\n")
         self.request_lines.append(lines[0].decode("latin-1"))
-        if any(line.lower().startswith(b"upgrade:") for line in lines[1:]):
+        upgrade = any(line.lower().startswith(b"upgrade:") for line in lines[1:])
+        if upgrade and not self.refuse_upgrades:
+            await self._tunnel(head, reader, writer)
+            return
+        if upgrade:
             self.refused_upgrades += 1
             writer.write(_REFUSAL)
             with contextlib.suppress(ConnectionError):
@@ -108,6 +124,32 @@ class LoopbackProxy:
             upload.cancel()
             with contextlib.suppress(BaseException):
                 await upload
+            for w in (writer, up_writer):
+                w.close()
+
+    async def _tunnel(
+        self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """A WebSocket passed through as it is, cut after kill_upgrades_after if set."""
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.close()
+            return
+        up_writer.write(head)
+        pumps = [
+            asyncio.ensure_future(_pump(reader, up_writer)),
+            asyncio.ensure_future(_pump(up_reader, writer)),
+        ]
+        try:
+            done, _ = await asyncio.wait(
+                pumps, timeout=self.kill_upgrades_after, return_when=asyncio.FIRST_COMPLETED
+            )
+            if not done:
+                self.killed_upgrades += 1  # the middlebox's own timer: no close frame, RST-like
+        finally:
+            for pump in pumps:
+                pump.cancel()
             for w in (writer, up_writer):
                 w.close()
 

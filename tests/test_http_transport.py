@@ -148,6 +148,30 @@ async def test_the_python_client_switches_to_long_polls_behind_a_buffering_proxy
         assert any("/http/events?mode=poll" in line for line in proxy.request_lines)
 
 
+async def test_auto_leaves_a_socket_that_keeps_dying_and_returns_when_sockets_pass(
+    server: ServerProcess,
+) -> None:
+    token = server.token()
+    async with LoopbackProxy(server.port, refuse_upgrades=False, kill_upgrades_after=0.3) as proxy:
+        with anyio.fail_after(30):
+            async with (
+                TetherClient(proxy.ws_url, token=token, ws_retry_interval=0.5) as alice,
+                TetherClient(server.ws_url, token=token, transport="ws") as bob,
+            ):
+                a = await alice.open("dying")
+                b = await bob.open("dying")
+                await a.wait_for(lambda: alice.transport_in_use == "http")
+                assert proxy.killed_upgrades >= 2, "two young deaths before falling back"
+                a.append("after the fall")
+                await b.wait_text("after the fall")
+                # the proxy stops killing sockets: the next probe succeeds, alice moves back
+                proxy.kill_upgrades_after = None
+                await a.wait_for(lambda: alice.transport_in_use == "ws")
+                b.append("!")
+                await a.wait_text("after the fall!")
+                await a.wait_acked()
+
+
 async def test_the_token_is_never_in_a_url(server: ServerProcess) -> None:
     token = server.token()
     async with LoopbackProxy(server.port) as proxy:

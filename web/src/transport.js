@@ -23,16 +23,20 @@ const RESUME_ATTEMPTS = 3;
  * onTransport(kind): "ws", "http-stream" or "http-poll" whenever that changes.
  */
 export function fallbackSocketClass({ token, onTransport = () => {}, retryInterval = 60000 }) {
-  const choice = { brokenAt: 0, deaths: 0 };
+  // fallbacks: in a row; each doubles the wait before the next WebSocket try (to 16x), so a
+  // proxy that passes the upgrade but kills the socket does not make us flap every minute.
+  const choice = { brokenAt: 0, deaths: 0, fallbacks: 0 };
+  const retryAfter = () => retryInterval * 2 ** Math.min(Math.max(choice.fallbacks - 1, 0), 4);
   const httpBase = location.origin;
 
   function wsWanted() {
-    return !choice.brokenAt || Date.now() - choice.brokenAt > retryInterval;
+    return !choice.brokenAt || Date.now() - choice.brokenAt > retryAfter();
   }
 
   function giveUpOnWs() {
     choice.brokenAt = Date.now();
     choice.deaths = 0;
+    choice.fallbacks += 1;
   }
 
   class FallbackSocket extends EventTarget {
@@ -113,6 +117,7 @@ export function fallbackSocketClass({ token, onTransport = () => {}, retryInterv
           if (choice.deaths >= DEATHS_BEFORE_FALLBACK) giveUpOnWs();
         } else {
           choice.deaths = 0;
+          choice.fallbacks = 0; // the socket lived: it works here
         }
         this._finish(event.code, event.reason);
       });
@@ -142,7 +147,7 @@ export function fallbackSocketClass({ token, onTransport = () => {}, retryInterv
         probe.addEventListener("close", () => {
           if (choice.brokenAt) this._scheduleProbe();
         });
-      }, retryInterval);
+      }, retryAfter());
     }
   }
 
