@@ -4,6 +4,7 @@ long polls), with resumption, expiry, bounds, auth and bad input, over real sock
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import anyio
 import httpx
 import pytest
 
+from protocol.ai import Suggest
 from protocol.client import TetherClient
 from protocol.http_wire import SESSION_HEADER
 from protocol.messages import Authenticated, PermissionDenied, Sync
@@ -310,3 +312,28 @@ async def test_an_unacknowledging_reader_fills_only_its_own_replay_buffer(tmp_pa
             await hog.aclose()
             held = await metric(bounded, "tether_http_replay_bytes")
             assert held < 64 * 1024, "the hog's bytes were released"
+
+
+async def test_ai_suggestions_work_unchanged_over_http(tmp_path: Path) -> None:
+    script = '{"pieces": [" and", " the", " gulls", " cried."], "delay": 0.01}'
+    with ServerProcess(tmp_path, ai_provider="scripted", ai_script=script) as ai_server:
+        token = ai_server.token()
+        with anyio.fail_after(30):
+            async with (
+                http_client(ai_server.ws_url, token) as alice,
+                TetherClient(ai_server.ws_url, token=token, transport="ws") as bob,
+            ):
+                doc = await alice.open("ai-over-http")
+                other = await bob.open("ai-over-http")
+                doc.append("The boats came home")
+                await doc.wait_acked()
+                doc.send_stateless(Suggest("h1", "complete", pos=19, max_tokens=8).encode())
+                text, kinds = "", []
+                while not kinds or kinds[-1] not in ("suggestion.end", "suggestion.error"):
+                    message = json.loads(await doc.stateless.get())
+                    kinds.append(message["type"])
+                    text += message.get("text", "") if message["type"].endswith("delta") else ""
+                assert kinds[0] == "suggestion.start" and kinds[-1] == "suggestion.end"
+                assert text == " and the gulls cried."
+                doc.send_stateless('{"type":"accept","id":"h1"}')
+                await other.wait_text("The boats came home and the gulls cried.")
