@@ -11,15 +11,15 @@ from typing import TYPE_CHECKING
 
 from pycrdt import Doc, Text
 
-from protocol.ai import SuggestionAccepted
+from tether.protocol.ai import SuggestionAccepted
 
 from .errors import AiError, BadRequest, Forbidden
 from .positions import index_to_utf8
 from .records import TEXT_NAME
 
 if TYPE_CHECKING:
-    from collab.peer import Peer
-    from collab.room import Room
+    from tether.collab.peer import Peer
+    from tether.collab.room import Room
 
     from .flights import Flights
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pycrdt import Text
 
-from protocol.ai import (
+from tether.protocol.ai import (
     Accept,
     Cancel,
     InvalidAiMessage,
@@ -40,8 +40,8 @@ from .serving import RequestServer
 from .status import StatusBoard
 
 if TYPE_CHECKING:
-    from collab.peer import Peer
-    from collab.room import Room
+    from tether.collab.peer import Peer
+    from tether.collab.room import Room
 
     from .embedder import Embedder
 

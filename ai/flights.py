@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from pycrdt import Text
 
-from collab.auth import OPEN_GRANT
-from protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
+from tether.collab.auth import OPEN_GRANT
+from tether.protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
 
 from .cache import CacheQuery, SuggestionCache, embedding_text
 from .errors import AiError, BadRequest, ModelUnavailable
@@ -31,8 +31,8 @@ from .regions import RegionIndex
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from collab.peer import Peer
-    from collab.room import Room
+    from tether.collab.peer import Peer
+    from tether.collab.room import Room
 
     from .context import BuiltPrompt
     from .embedder import Embedder

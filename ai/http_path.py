@@ -12,7 +12,13 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable
 
-from protocol.ai import Suggest, SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
+from tether.protocol.ai import (
+    Suggest,
+    SuggestionDelta,
+    SuggestionEnd,
+    SuggestionError,
+    SuggestionStart,
+)
 
 from .engine import AiEngine
 from .errors import AiError, BadRequest

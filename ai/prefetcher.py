@@ -23,8 +23,8 @@ from .records import TEXT_NAME, Flight, RoomState
 from .scheduler import PREFETCH
 
 if TYPE_CHECKING:
-    from collab.peer import Peer
-    from collab.room import Room
+    from tether.collab.peer import Peer
+    from tether.collab.room import Room
 
     from .flights import Flights
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from .providers.base import Cancellation
 
 if TYPE_CHECKING:
-    from collab.peer import Peer
-    from collab.room import Room
-    from protocol.ai import Suggest
+    from tether.collab.peer import Peer
+    from tether.collab.room import Room
+    from tether.protocol.ai import Suggest
 
     from .anchors import TextAnchor
     from .cache import CacheQuery

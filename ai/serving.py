@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pycrdt import StickyIndex, Text
 
-from protocol.ai import Suggest, SuggestionEnd, SuggestionStart
+from tether.protocol.ai import Suggest, SuggestionEnd, SuggestionStart
 
 from .anchors import TextAnchor
 from .cache import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
@@ -27,8 +27,8 @@ from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
 from .scheduler import INTERACTIVE
 
 if TYPE_CHECKING:
-    from collab.peer import Peer
-    from collab.room import Room
+    from tether.collab.peer import Peer
+    from tether.collab.room import Room
 
     from .flights import Flights
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from protocol.ai import AiStatus
+from tether.protocol.ai import AiStatus
 
 if TYPE_CHECKING:
-    from collab.peer import Peer
+    from tether.collab.peer import Peer
 
 log = logging.getLogger(__name__)
 

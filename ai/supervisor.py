@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from protocol.worker import DONE, EMBEDDER, ERROR, FAILED, HELLO, LOADED, READY, TOKEN, Frame
+from tether.protocol.worker import DONE, EMBEDDER, ERROR, FAILED, HELLO, LOADED, READY, TOKEN, Frame
 
 from .errors import ModelUnavailable, ProviderError
 from .providers.base import Cancellation, GenerationRequest

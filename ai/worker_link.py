@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from protocol.worker import (
+from tether.protocol.worker import (
     CANCEL,
     DONE,
     EMBED,
@@ -104,7 +104,7 @@ class WorkerLink:
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "ai.worker",
+                "tether.ai.worker",
                 "--fd",
                 str(theirs.fileno()),
                 "--config",

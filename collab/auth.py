@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import jwt
 
-from protocol.messages import SCOPE_READ_WRITE, SCOPE_READONLY
+from tether.protocol.messages import SCOPE_READ_WRITE, SCOPE_READONLY
 
 from .doc_globs import matches
 

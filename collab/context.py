@@ -6,7 +6,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from protocol.session import QueueBudget
+from tether.protocol.session import QueueBudget
 
 from .auth import Authenticator
 from .config import Settings

@@ -18,7 +18,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from protocol.errors import ProtocolError
+from tether.protocol.errors import ProtocolError
 
 from .replay_buffer import ReplayBuffer
 

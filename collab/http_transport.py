@@ -24,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from protocol.errors import DecodeError, FrameTooLarge
-from protocol.http_wire import (
+from tether.protocol.errors import DecodeError, FrameTooLarge
+from tether.protocol.http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
     HEARTBEAT,

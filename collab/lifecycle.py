@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from protocol.errors import ProtocolError
+from tether.protocol.errors import ProtocolError
 
 from .close_codes import close_for
 from .context import Transport

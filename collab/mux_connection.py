@@ -12,15 +12,15 @@ import asyncio
 import logging
 import time
 
-from protocol.errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow
-from protocol.messages import (
+from tether.protocol.errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow
+from tether.protocol.messages import (
     PING_FRAME,
     Awareness,
     QueryAwareness,
     Stateless,
     Sync,
 )
-from protocol.session import (
+from tether.protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,

@@ -9,8 +9,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from protocol.lib0 import write_var_string, write_var_uint
-from protocol.messages import AWARENESS, STATELESS, SYNC, SyncStatus
+from tether.protocol.lib0 import write_var_string, write_var_uint
+from tether.protocol.messages import AWARENESS, STATELESS, SYNC, SyncStatus
 
 from .auth import Grant
 from .outbox import Outbox

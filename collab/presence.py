@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from protocol.lib0 import MAX_SAFE_INTEGER, write_var_uint8_array
-from protocol.sync import OVERSIZE_STATE, AwarenessEntry, decode_awareness, encode_awareness
+from tether.protocol.lib0 import MAX_SAFE_INTEGER, write_var_uint8_array
+from tether.protocol.sync import OVERSIZE_STATE, AwarenessEntry, decode_awareness, encode_awareness
 
 from .limits import refuse
 from .metrics import Metrics

@@ -6,7 +6,7 @@ Kept apart from ``room.py`` so that the room calls it in one line.
 
 from __future__ import annotations
 
-from protocol.presence import sanitize_awareness
+from tether.protocol.presence import sanitize_awareness
 
 from .metrics import Metrics
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from pycrdt import Doc
 
-from protocol.sync import (
+from tether.protocol.sync import (
     EMPTY_UPDATE,
     AwarenessEntry,
     SyncMessage,
@@ -26,7 +26,7 @@ from protocol.sync import (
     SyncStep2,
     SyncUpdate,
 )
-from protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
 from .limits import refuse

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 
 from pycrdt import Doc
 
-from protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_scan import MalformedUpdate, scan_update
 
 from .hooks import Hooks
 from .metrics import Metrics

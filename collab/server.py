@@ -26,9 +26,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from protocol.ai import InvalidAiMessage, Suggest, decode_client_message
-from protocol.errors import DecodeError
-from protocol.session import QueueBudget
+from tether.protocol.ai import InvalidAiMessage, Suggest, decode_client_message
+from tether.protocol.errors import DecodeError
+from tether.protocol.session import QueueBudget
 
 from .address_limit import ConnectionsPerAddress
 from .auth import Authenticator, AuthError, Grant
@@ -345,8 +345,8 @@ def create_app(
 async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metrics: Metrics) -> Any:
     """The AI engine on the configured provider, or None when AI is off. Returns at once: the
     model worker loads behind, and sync serves meanwhile."""
-    from ai.factory import build_embedder, build_engine, build_provider, build_status
-    from ai.scheduler import Scheduler
+    from tether.ai.factory import build_embedder, build_engine, build_provider, build_status
+    from tether.ai.scheduler import Scheduler
 
     provider = build_provider(settings)
     if provider is None:
@@ -441,7 +441,7 @@ async def _sse(
     subject: str | None,
 ) -> AsyncIterator[str]:
     """The suggestion's messages as SSE ``data:`` lines; a client that leaves cancels it."""
-    from ai.http_path import stream_http_suggestion
+    from tether.ai.http_path import stream_http_suggestion
 
     messages: asyncio.Queue[str | None] = asyncio.Queue()
     task = asyncio.ensure_future(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Self, TypeVar
 
-from collab.storage import DocumentInfo, Lifecycle, StorageError, Store
+from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store
 
 T = TypeVar("T")
 

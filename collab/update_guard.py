@@ -26,7 +26,7 @@ import bisect
 
 from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
-from protocol.update_scan import ID, ScannedItem, ScannedUpdate
+from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
 
 DEFAULT_MAX_NESTING_DEPTH = 128
 

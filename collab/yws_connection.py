@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 
-from protocol.yws import (
+from tether.protocol.yws import (
     YAwareness,
     YPermissionDenied,
     YQueryAwareness,

@@ -18,7 +18,8 @@ from typing import Any
 import httpx
 from websockets.exceptions import ConnectionClosed
 
-from protocol.http_wire import (
+from tests.rawpeer import MuxPeer
+from tether.protocol.http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
     RESUME_HEADER,
@@ -28,7 +29,6 @@ from protocol.http_wire import (
     FrameEvent,
     encode_batch,
 )
-from tests.rawpeer import MuxPeer
 
 
 @dataclass

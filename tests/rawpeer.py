@@ -26,7 +26,7 @@ from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from protocol.messages import (
+from tether.protocol.messages import (
     PING_FRAME,
     PONG_FRAME,
     Authenticated,
@@ -42,7 +42,7 @@ from protocol.messages import (
     SyncStatus,
     decode_frame,
 )
-from protocol.sync import (
+from tether.protocol.sync import (
     AwarenessEntry,
     SyncStep1,
     SyncStep2,
@@ -50,7 +50,7 @@ from protocol.sync import (
     decode_awareness,
     encode_awareness,
 )
-from protocol.yws import YAwareness, YPermissionDenied, YSync, decode_yws_frame
+from tether.protocol.yws import YAwareness, YPermissionDenied, YSync, decode_yws_frame
 
 TEXT = "content"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collab.bench.launcher import DEFAULT_SECRET, ServerProcess, free_port
+from tether.collab.bench.launcher import DEFAULT_SECRET, ServerProcess, free_port
 
 SECRET = DEFAULT_SECRET
 

@@ -11,11 +11,11 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from collab.auth import make_token
-from protocol.messages import Authenticated, AuthToken, Awareness, PermissionDenied, Sync
-from protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
+from tether.collab.auth import make_token
+from tether.protocol.messages import Authenticated, AuthToken, Awareness, PermissionDenied, Sync
+from tether.protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,10 @@ import pytest
 from pycrdt import Doc, Text
 from websockets.exceptions import ConnectionClosed
 
-from protocol.lib0 import write_var_string, write_var_uint, write_var_uint8_array
-from protocol.messages import (
+from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
+from tests.serverproc import ServerProcess
+from tether.protocol.lib0 import write_var_string, write_var_uint, write_var_uint8_array
+from tether.protocol.messages import (
     AUTH,
     SYNC,
     Authenticated,
@@ -27,9 +29,7 @@ from protocol.messages import (
     Sync,
     SyncStatus,
 )
-from protocol.sync import SyncStep1, SyncUpdate
-from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
-from tests.serverproc import ServerProcess
+from tether.protocol.sync import SyncStep1, SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

@@ -19,13 +19,13 @@ from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from protocol.lib0 import write_var_uint
-from protocol.messages import AuthToken, Awareness, QueryAwareness, Sync
-from protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
-from protocol.yws import YAwareness, YQueryAwareness, YSync
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
+from tether.protocol.lib0 import write_var_uint
+from tether.protocol.messages import AuthToken, Awareness, QueryAwareness, Sync
+from tether.protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
+from tether.protocol.yws import YAwareness, YQueryAwareness, YSync
 
 pytestmark = pytest.mark.anyio
 

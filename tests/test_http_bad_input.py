@@ -12,9 +12,6 @@ import anyio
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from protocol.lib0 import write_var_string, write_var_uint
-from protocol.messages import AUTH, AuthToken, Stateless, Sync
-from protocol.sync import SyncUpdate
 from tests.httppeer import HttpMuxPeer
 from tests.serverproc import ServerProcess
 from tests.test_bad_input import (
@@ -27,6 +24,9 @@ from tests.test_bad_input import (
     healthy,
     rest_text,
 )
+from tether.protocol.lib0 import write_var_string, write_var_uint
+from tether.protocol.messages import AUTH, AuthToken, Stateless, Sync
+from tether.protocol.sync import SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

@@ -12,16 +12,16 @@ import anyio
 import httpx
 import pytest
 
-from protocol.ai import Suggest
-from protocol.client import TetherClient
-from protocol.http_wire import SESSION_HEADER
-from protocol.messages import Authenticated, PermissionDenied, Sync
-from protocol.sync import SyncStep2, SyncUpdate
 from tests.httppeer import HttpMuxPeer, create_session
 from tests.httpproxy import LoopbackProxy
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
+from tether.protocol.ai import Suggest
+from tether.protocol.client import TetherClient
+from tether.protocol.http_wire import SESSION_HEADER
+from tether.protocol.messages import Authenticated, PermissionDenied, Sync
+from tether.protocol.sync import SyncStep2, SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

@@ -14,11 +14,11 @@ from pycrdt import Doc, Text
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from protocol.messages import AuthToken, Awareness, Sync
-from protocol.sync import AwarenessEntry, SyncStep1, SyncUpdate, encode_awareness
-from protocol.yws import YAwareness, YSync
 from tests.rawpeer import MuxPeer, RawDoc, sync_frames
 from tests.serverproc import ServerProcess
+from tether.protocol.messages import AuthToken, Awareness, Sync
+from tether.protocol.sync import AwarenessEntry, SyncStep1, SyncUpdate, encode_awareness
+from tether.protocol.yws import YAwareness, YSync
 
 pytestmark = pytest.mark.anyio
 

@@ -13,9 +13,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from collab.log_redaction import MARKER, redact
 from tests.rawpeer import YwsPeer
 from tests.serverproc import ServerProcess
+from tether.collab.log_redaction import MARKER, redact
 
 pytestmark = pytest.mark.anyio
 

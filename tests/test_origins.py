@@ -10,9 +10,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from collab.origins import OriginPolicy, normalise_origin
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
+from tether.collab.origins import OriginPolicy, normalise_origin
 
 pytestmark = pytest.mark.anyio
 

@@ -14,11 +14,11 @@ from collections.abc import Iterator
 import anyio
 import pytest
 
-from collab.auth import make_token
-from protocol.sync import AwarenessEntry, encode_awareness
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
+from tether.collab.auth import make_token
+from tether.protocol.sync import AwarenessEntry, encode_awareness
 
 pytestmark = pytest.mark.anyio
 

@@ -12,11 +12,11 @@ import anyio
 import httpx
 import pytest
 
-from protocol.messages import Awareness
-from protocol.sync import AwarenessEntry, encode_awareness
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import ServerProcess
+from tether.protocol.messages import Awareness
+from tether.protocol.sync import AwarenessEntry, encode_awareness
 
 pytestmark = pytest.mark.anyio
 

@@ -11,8 +11,8 @@ import anyio
 import httpx
 import pytest
 
-from protocol.client import TetherClient
 from tests.serverproc import ServerProcess
+from tether.protocol.client import TetherClient
 
 pytestmark = pytest.mark.anyio
 

@@ -8,10 +8,10 @@ import uuid
 import anyio
 import pytest
 
-from protocol.messages import SyncStatus
-from protocol.sync import SyncStep2
 from tests.rawpeer import MuxPeer, sync_frames
 from tests.serverproc import ServerProcess
+from tether.protocol.messages import SyncStatus
+from tether.protocol.sync import SyncStep2
 
 pytestmark = pytest.mark.anyio
 

@@ -20,10 +20,10 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from collab.close_codes import TOKEN_EXPIRED
-from collab.doc_globs import matches
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import SECRET, ServerProcess, free_port
+from tether.collab.close_codes import TOKEN_EXPIRED
+from tether.collab.doc_globs import matches
 
 pytestmark = pytest.mark.anyio
 
@@ -152,7 +152,7 @@ def test_glob_rules() -> None:
 def test_a_jwt_secret_flag_is_discouraged_in_help_and_warned_about(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     help_text = subprocess.run(
-        [sys.executable, "-m", "collab.cli", "serve", "--help"],
+        [sys.executable, "-m", "tether.collab.cli", "serve", "--help"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -163,7 +163,7 @@ def test_a_jwt_secret_flag_is_discouraged_in_help_and_warned_about(tmp_path: Pat
     port = free_port()
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "collab.cli", "serve"),
+            *(sys.executable, "-m", "tether.collab.cli", "serve"),
             *("--jwt-secret", SECRET, "--port", str(port), "--data-dir", str(tmp_path)),
             *("--ai-provider", "none", "--log-level", "warning"),
         ],

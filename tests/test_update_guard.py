@@ -12,12 +12,12 @@ import httpx
 import pytest
 from pycrdt import Doc, Text
 
-from collab.sqlite_store import SQLiteStore
-from protocol.lib0 import write_var_string, write_var_uint
-from protocol.sync import SyncUpdate
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import TEXT, MuxPeer
 from tests.serverproc import ServerProcess
+from tether.collab.sqlite_store import SQLiteStore
+from tether.protocol.lib0 import write_var_string, write_var_uint
+from tether.protocol.sync import SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

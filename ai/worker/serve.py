@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.worker import (
+from tether.protocol.worker import (
     CANCEL,
     DONE,
     EMBED,

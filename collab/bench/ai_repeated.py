@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from protocol.ai import Accept
-from protocol.client import DocumentHandle, TetherClient
+from tether.protocol.ai import Accept
+from tether.protocol.client import DocumentHandle, TetherClient
 
 from .ai_requests import (
     SEED_TEXT,

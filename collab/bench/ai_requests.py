@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from protocol.ai import Suggest
-from protocol.client import DocumentHandle, TetherClient
+from tether.protocol.ai import Suggest
+from tether.protocol.client import DocumentHandle, TetherClient
 
 from .launcher import ServerProcess
 

@@ -16,7 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-from protocol.http_wire import (
+from tether.protocol.http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
     RESUME_HEADER,

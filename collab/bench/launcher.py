@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from collab.auth import make_token
+from tether.collab.auth import make_token
 
 DEFAULT_SECRET = "local-test-secret-0123456789abcdef"
 REPO = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ class ServerProcess:
             env["TETHER_" + key.upper()] = str(value)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "collab.cli", "serve"],
+            [sys.executable, "-m", "tether.collab.cli", "serve"],
             cwd=REPO,
             env=env,
             stdout=log,

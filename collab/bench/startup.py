@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from protocol.client import TetherClient
+from tether.protocol.client import TetherClient
 
 from .launcher import DEFAULT_SECRET, free_port
 
@@ -68,7 +68,7 @@ async def _one_start(data_dir: Path, ai_provider: str) -> tuple[float, float | N
     )
     began = time.perf_counter()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "collab.cli", "serve"],
+        [sys.executable, "-m", "tether.collab.cli", "serve"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -30,18 +30,18 @@ import psutil
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 
-from protocol.errors import ProtocolError
-from protocol.http_client import http_base_of
-from protocol.lib0 import Decoder
-from protocol.messages import (
+from tether.protocol.errors import ProtocolError
+from tether.protocol.http_client import http_base_of
+from tether.protocol.lib0 import Decoder
+from tether.protocol.messages import (
     PONG_FRAME,
     AuthToken,
     Sync,
     decode_frame,
 )
-from protocol.messages import SyncStatus as SyncStatusMessage
-from protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
-from protocol.yws import YSync
+from tether.protocol.messages import SyncStatus as SyncStatusMessage
+from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
+from tether.protocol.yws import YSync
 
 from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
@@ -299,8 +299,8 @@ async def drive(
 async def _ask_forever(url: str, token: str, stop: asyncio.Event) -> int:
     """One more editor typing and asking for suggestions back to back, a new context each time
     (so the model, not the cache, answers); returns how many completed."""
-    from protocol.ai import Suggest
-    from protocol.client import TetherClient
+    from tether.protocol.ai import Suggest
+    from tether.protocol.client import TetherClient
 
     completed = 0
     async with TetherClient(url, token=token) as client:

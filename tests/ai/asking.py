@@ -9,10 +9,10 @@ from typing import Any
 
 import anyio
 
-from protocol.ai import Suggest
-from protocol.client import DocumentHandle
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
+from tether.protocol.ai import Suggest
+from tether.protocol.client import DocumentHandle
 
 
 @dataclass

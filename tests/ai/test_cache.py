@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 import pytest
 
-from ai.cache import (
+from tether.ai.cache import (
     CacheQuery,
     CacheSettings,
     SuggestionCache,
@@ -16,7 +16,7 @@ from ai.cache import (
     embedding_text,
     same_content,
 )
-from ai.embedder import DIMENSION, Embedder
+from tether.ai.embedder import DIMENSION, Embedder
 
 
 @pytest.fixture(scope="module")

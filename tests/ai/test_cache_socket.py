@@ -9,9 +9,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from protocol.ai import Suggest
-from protocol.client import DocumentHandle, TetherClient
 from tests.serverproc import ServerProcess
+from tether.protocol.ai import Suggest
+from tether.protocol.client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio
 

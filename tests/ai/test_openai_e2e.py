@@ -23,11 +23,11 @@ import anyio
 import httpx
 import pytest
 
-from protocol.ai import decode_server_message
-from protocol.client import DocumentHandle, TetherClient
 from tests.ai.sse_upstream import ThreadedUpstream
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
+from tether.protocol.ai import decode_server_message
+from tether.protocol.client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio
 

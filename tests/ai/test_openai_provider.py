@@ -12,11 +12,11 @@ from collections.abc import AsyncIterator
 import anyio
 import pytest
 
-from ai.context import COMPLETE_PREFIX, STOP_COMPLETE
-from ai.errors import ProviderError, ProviderTimeout, ProviderUnavailable
-from ai.providers.base import Cancellation, GenerationRequest
-from ai.providers.openai import OpenAIProvider, SseDecoder, chatml_to_messages
 from tests.ai.sse_upstream import Upstream, serve_upstream
+from tether.ai.context import COMPLETE_PREFIX, STOP_COMPLETE
+from tether.ai.errors import ProviderError, ProviderTimeout, ProviderUnavailable
+from tether.ai.providers.base import Cancellation, GenerationRequest
+from tether.ai.providers.openai import OpenAIProvider, SseDecoder, chatml_to_messages
 
 pytestmark = pytest.mark.anyio
 

@@ -7,12 +7,12 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from ai.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo
-from ai.errors import BadRequest, Busy
-from ai.positions import index_to_utf8, index_to_utf16, utf16_to_index
-from ai.regions import RegionIndex, split_paragraphs
-from ai.scheduler import INTERACTIVE, PREFETCH, Scheduler
-from ai.streamer import stream_coalesced
+from tether.ai.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo
+from tether.ai.errors import BadRequest, Busy
+from tether.ai.positions import index_to_utf8, index_to_utf16, utf16_to_index
+from tether.ai.regions import RegionIndex, split_paragraphs
+from tether.ai.scheduler import INTERACTIVE, PREFETCH, Scheduler
+from tether.ai.streamer import stream_coalesced
 
 pytestmark = pytest.mark.anyio
 

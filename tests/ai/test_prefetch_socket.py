@@ -10,9 +10,9 @@ from pathlib import Path
 import anyio
 import pytest
 
-from protocol.client import DocumentHandle, TetherClient
 from tests.ai.asking import ask, collect, metric, send_suggest, wait_metric
 from tests.serverproc import ServerProcess
+from tether.protocol.client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ai.anchors import TextAnchor
-from ai.cache import CacheQuery, CacheSettings, SuggestionCache, typed_ahead
-from ai.prefetch import DutyCycle, Pause, edited_end
-from ai.scheduler import INTERACTIVE, PREFETCH, Scheduler
+from tether.ai.anchors import TextAnchor
+from tether.ai.cache import CacheQuery, CacheSettings, SuggestionCache, typed_ahead
+from tether.ai.prefetch import DutyCycle, Pause, edited_end
+from tether.ai.scheduler import INTERACTIVE, PREFETCH, Scheduler
 
 
 def test_edited_end_is_where_typing_stopped() -> None:

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from protocol.client import PermissionDeniedError, TetherClient
 from tests.ai.asking import ask, metric, wait_metric
 from tests.serverproc import ServerProcess
+from tether.protocol.client import PermissionDeniedError, TetherClient
 
 pytestmark = pytest.mark.anyio
 

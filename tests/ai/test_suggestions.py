@@ -24,10 +24,10 @@ import httpx
 import pytest
 from pycrdt import Assoc
 
-from protocol.ai import decode_server_message
-from protocol.client import DocumentHandle, TetherClient
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
+from tether.protocol.ai import decode_server_message
+from tether.protocol.client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio
 

@@ -22,10 +22,10 @@ import anyio
 import pytest
 from pycrdt import Doc, Text
 
-from protocol.ai import Suggest, WatchStatus
-from protocol.client import DocumentHandle, TetherClient
 from tests.ai.asking import Answer, ask, collect, utf16_len
 from tests.serverproc import ServerProcess
+from tether.protocol.ai import Suggest, WatchStatus
+from tether.protocol.client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio
 

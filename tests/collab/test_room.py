@@ -7,17 +7,17 @@ import asyncio
 import pytest
 from pycrdt import Doc, Text
 
-from collab.auth import OPEN_GRANT, Grant
-from collab.hooks import Hooks
-from collab.metrics import Metrics
-from collab.outbox import Outbox
-from collab.peer import Peer
-from collab.room import InvalidUpdate, Room
-from collab.rooms import RoomManager
-from collab.storage import MemoryStore
-from protocol.lib0 import Decoder
-from protocol.messages import Awareness, Sync, SyncStatus, decode_frame
-from protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, SyncUpdate, encode_awareness
+from tether.collab.auth import OPEN_GRANT, Grant
+from tether.collab.hooks import Hooks
+from tether.collab.metrics import Metrics
+from tether.collab.outbox import Outbox
+from tether.collab.peer import Peer
+from tether.collab.room import InvalidUpdate, Room
+from tether.collab.rooms import RoomManager
+from tether.collab.storage import MemoryStore
+from tether.protocol.lib0 import Decoder
+from tether.protocol.messages import Awareness, Sync, SyncStatus, decode_frame
+from tether.protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, SyncUpdate, encode_awareness
 
 pytestmark = pytest.mark.anyio
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 from pycrdt import Text
 
-from collab.auth import Authenticator, AuthError, make_token
-from collab.hooks import Hooks
-from collab.metrics import Metrics
-from collab.outbox import Outbox
-from collab.peer import Peer
-from collab.room import Room
-from collab.storage import MemoryStore
-from protocol.client_session import AuthRefused, ClientSession
-from protocol.messages import Awareness, QueryAwareness, Sync
-from protocol.session import (
+from tether.collab.auth import Authenticator, AuthError, make_token
+from tether.collab.hooks import Hooks
+from tether.collab.metrics import Metrics
+from tether.collab.outbox import Outbox
+from tether.collab.peer import Peer
+from tether.collab.room import Room
+from tether.collab.storage import MemoryStore
+from tether.protocol.client_session import AuthRefused, ClientSession
+from tether.protocol.messages import Awareness, QueryAwareness, Sync
+from tether.protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,

@@ -16,8 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from collab.sqlite_store import SCHEMA_VERSION, SQLiteStore
-from collab.storage import MemoryStore, StorageError, Store
+from tether.collab.sqlite_store import SCHEMA_VERSION, SQLiteStore
+from tether.collab.storage import MemoryStore, StorageError, Store
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 20
@@ -240,7 +240,7 @@ async def test_the_file_is_in_wal_mode_with_a_schema_version(db_path):
 CHILD = textwrap.dedent(
     """
     import asyncio, sys
-    from collab.sqlite_store import SQLiteStore
+    from tether.collab.sqlite_store import SQLiteStore
 
     WORKERS = 8
 

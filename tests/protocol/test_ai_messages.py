@@ -16,8 +16,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from protocol import ai
-from protocol.ai import (
+from tether.protocol import ai
+from tether.protocol.ai import (
     Accept,
     AiStatus,
     Cancel,
@@ -32,7 +32,7 @@ from protocol.ai import (
     decode_client_message,
     decode_server_message,
 )
-from protocol.messages import Stateless, decode_frame
+from tether.protocol.messages import Stateless, decode_frame
 
 fast = settings(max_examples=200, deadline=None)
 
@@ -510,7 +510,7 @@ def test_each_documented_rule_accepts(rule, payload, expected):
 
 
 def test_ai_error_is_a_protocol_error_carrying_the_id():
-    from protocol.errors import ProtocolError
+    from tether.protocol.errors import ProtocolError
 
     error = error_of(suggest(kind="nope", pos=1))
     assert isinstance(error, ProtocolError) and error.request_id == "s1"

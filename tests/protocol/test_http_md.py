@@ -18,7 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from protocol.http_wire import (
+from tests.serverproc import ServerProcess
+from tether.protocol.http_wire import (
     HEARTBEAT,
     CloseEvent,
     EventParser,
@@ -28,7 +29,6 @@ from protocol.http_wire import (
     encode_close,
     encode_event,
 )
-from tests.serverproc import ServerProcess
 
 PROTOCOL_MD = Path(__file__).resolve().parents[2] / "protocol" / "PROTOCOL.md"
 

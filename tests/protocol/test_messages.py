@@ -4,18 +4,18 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from protocol import messages as m
-from protocol.errors import DecodeError, FrameTooLarge, ProtocolError, UnknownMessageType
-from protocol.lib0 import write_var_string, write_var_uint
-from protocol.sync import EMPTY_UPDATE, SyncStep1, SyncUpdate
-from protocol.yws import (
+from tests.protocol.test_sync import mutations, simple_awareness_payloads, sync_messages
+from tether.protocol import messages as m
+from tether.protocol.errors import DecodeError, FrameTooLarge, ProtocolError, UnknownMessageType
+from tether.protocol.lib0 import write_var_string, write_var_uint
+from tether.protocol.sync import EMPTY_UPDATE, SyncStep1, SyncUpdate
+from tether.protocol.yws import (
     YAwareness,
     YPermissionDenied,
     YQueryAwareness,
     YSync,
     decode_yws_frame,
 )
-from tests.protocol.test_sync import mutations, simple_awareness_payloads, sync_messages
 
 channels = (
     st.text(max_size=12)

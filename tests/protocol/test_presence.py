@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from protocol.errors import DecodeError
-from protocol.presence import MAX_NAME_CHARS, sanitize_awareness, sanitize_state
-from protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
+from tether.protocol.errors import DecodeError
+from tether.protocol.presence import MAX_NAME_CHARS, sanitize_awareness, sanitize_state
+from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
 
 
 @pytest.mark.parametrize("color", ["#abc", "#ABCDEF", "#30bced", "#000"])

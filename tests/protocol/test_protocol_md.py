@@ -21,16 +21,16 @@ from typing import Any
 
 import pytest
 
-from protocol import ai, yws
-from protocol import messages as m
-from protocol.lib0 import (
+from tether.protocol import ai, yws
+from tether.protocol import messages as m
+from tether.protocol.lib0 import (
     Decoder,
     write_var_int,
     write_var_string,
     write_var_uint,
     write_var_uint8_array,
 )
-from protocol.sync import (
+from tether.protocol.sync import (
     AwarenessEntry,
     SyncStep1,
     SyncStep2,

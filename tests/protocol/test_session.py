@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from protocol import messages as m
-from protocol.errors import (
+from tether.protocol import messages as m
+from tether.protocol.errors import (
     ChannelNameTooLong,
     DecodeError,
     FrameTooLarge,
@@ -11,7 +11,7 @@ from protocol.errors import (
     QueueOverflow,
     SessionViolation,
 )
-from protocol.session import (
+from tether.protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
@@ -22,7 +22,7 @@ from protocol.session import (
     ServerSession,
     SessionLimits,
 )
-from protocol.sync import EMPTY_UPDATE, SyncStep1, SyncUpdate
+from tether.protocol.sync import EMPTY_UPDATE, SyncStep1, SyncUpdate
 
 RW = m.SCOPE_READ_WRITE
 RO = m.SCOPE_READONLY
