@@ -37,6 +37,7 @@ from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .metrics import label_value
 from .outbox import Outbox
 from .peer import Peer
 from .room import Room
@@ -154,7 +155,7 @@ class MuxConnection:
                     self._grants[event.token] = grant
                 auth.check(grant, event.document)
         except AuthError as exc:
-            self._ctx.metrics.auth_failures.labels(str(exc)).inc()
+            self._ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
             return self._session.deny(event.channel, str(exc))
         self._grant_of_channel[event.channel] = grant
         attached = self._attached.get(event.channel)

@@ -38,7 +38,7 @@ from .context import ServerContext, valid_document_name
 from .direct import TEXT_NAME, DirectConnection
 from .grants import authenticate
 from .hooks import AuthRequest, ConnectionInfo, Hooks
-from .metrics import Metrics
+from .metrics import Metrics, label_value
 from .mux_connection import MuxConnection
 from .origins import OriginPolicy
 from .presence import PresenceLimits
@@ -415,7 +415,7 @@ class TetherServer:
         try:
             grant = await authorize_yws(ctx, name, token, connection)
         except AuthError as exc:
-            ctx.metrics.auth_failures.labels(str(exc)).inc()
+            ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
             await ws.refuse(UNAUTHORIZED, str(exc))
             return
         await ws.accept()
