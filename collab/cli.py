@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, settings_from_env
+from .config import CHOICES, Settings, SettingsError, read_env_file, settings_from_env
 from .version import VERSION
 
 _HELP = {
@@ -88,11 +89,30 @@ _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to A
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env-file",
+        dest="env_file",
+        default=None,
+        help="read TETHER_* settings from this KEY=VALUE file (the environment and flags win)",
+    )
+    defaults = Settings()
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        kind: Any = {int: int, float: float}.get(type(getattr(Settings(), f.name)), str)
+        default = getattr(defaults, f.name)
+        kind: Any = {int: int, float: float}.get(type(default), str)
         env = "TETHER_" + f.name.upper()
-        parser.add_argument(flag, dest=f.name, type=kind, help=f"{_HELP.get(f.name, '')} [{env}]")
+        parts = [_HELP.get(f.name, "")]
+        if f.name in CHOICES:
+            parts.append("{" + ",".join(CHOICES[f.name]) + "}")
+        if f.name not in _SECRET_SETTINGS and default not in ("", None):
+            parts.append(f"(default: {default})")
+        parser.add_argument(
+            flag,
+            dest=f.name,
+            type=kind,
+            metavar=f.name.upper() if f.name in CHOICES else None,
+            help=" ".join(p for p in parts if p) + f" [{env}]",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,10 +215,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = settings_from_env().with_overrides(**vars(args))
     try:
+        environ = dict(os.environ)
+        if args.env_file is not None:
+            environ = {**read_env_file(args.env_file), **environ}
+        settings = settings_from_env(environ).with_overrides(**vars(args))
         settings.validate()
-    except ValueError as exc:
+    except (SettingsError, ValueError, TypeError) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(

@@ -133,21 +133,17 @@ class Settings:
         return _replace(self, clean)
 
     def validate(self) -> None:
-        if self.auth not in ("jwt", "none"):
-            raise ValueError(f"auth must be 'jwt' or 'none', not {self.auth!r}")
+        for name, allowed in CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}; not {value!r}")
         if self.auth == "jwt" and len(self.jwt_secret) < 32:
             raise ValueError(
                 "auth 'jwt' needs --jwt-secret (or TETHER_JWT_SECRET) of at least 32 characters;"
                 " use --auth none for local use without tokens"
             )
-        if self.ai_provider not in ("local", "openai", "scripted", "none"):
-            raise ValueError("ai_provider must be local, openai, scripted or none")
         if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
             raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
-        if self.ai_quant not in ("q4_0", "shipped"):
-            raise ValueError("ai_quant must be 'q4_0' or 'shipped'")
-        if self.ai_semantic not in ("on", "off"):
-            raise ValueError("ai_semantic must be 'on' or 'off'")
         if not 0.0 < self.ai_semantic_threshold <= 1.0:
             raise ValueError("ai_semantic_threshold must be in (0, 1]")
         if not 0.0 <= self.ai_prefetch_budget <= 1.0:
@@ -164,6 +160,21 @@ class Settings:
             raise ValueError("idle_timeout must exceed ping_interval")
 
 
+# The settings that take one of a few words; --help lists them and validate() enforces them.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "auth": ("jwt", "none"),
+    "log_level": ("debug", "info", "warning", "error", "critical"),
+    "ai_provider": ("local", "openai", "scripted", "none"),
+    "ai_quant": ("q4_0", "shipped"),
+    "ai_semantic": ("on", "off"),
+    "openai_api": ("chat", "completions"),
+}
+
+
+class SettingsError(ValueError):
+    """A setting's value cannot be read; ``str(exc)`` is one line naming where it came from."""
+
+
 # Each field's type, read off its default (Path for data_dir).
 _DEFAULT_TYPES: dict[str, type] = {
     f.name: type(f.default_factory() if f.default_factory is not MISSING else f.default)
@@ -178,10 +189,40 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
     base = Settings()
     values: dict[str, Any] = {}
     for f in fields(base):
-        raw = env.get(ENV_PREFIX + f.name.upper())
+        variable = ENV_PREFIX + f.name.upper()
+        raw = env.get(variable)
         if raw is not None and raw != "":
-            values[f.name] = _coerce(getattr(base, f.name), raw)
+            try:
+                values[f.name] = _coerce(getattr(base, f.name), raw)
+            except ValueError:
+                kind = _DEFAULT_TYPES[f.name].__name__
+                raise SettingsError(f"{variable}={raw!r} is not a valid {kind}") from None
     return _replace(base, values)
+
+
+def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """``KEY=VALUE`` lines (``#`` comments, blank lines, optional ``export`` and quotes), as
+    docker's and systemd's env files write them. Only ``TETHER_*`` keys are taken."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"--env-file {path}: {exc.strerror or exc}") from None
+    values: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise SettingsError(f"--env-file {path}, line {number}: expected KEY=VALUE")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if key.startswith(ENV_PREFIX):
+            values[key] = value
+    return values
 
 
 def _coerce(default: object, raw: str) -> object:
