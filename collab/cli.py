@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, settings_from_env
+from .config import CHOICES, Settings, SettingsError, read_env_file, settings_from_env
+from .version import VERSION
 
 _HELP = {
     "host": "interface to listen on",
@@ -86,20 +88,43 @@ _HELP = {
 _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+_IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
+_STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
+_BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env-file",
+        dest="env_file",
+        default=None,
+        help="read TETHER_* settings from this KEY=VALUE file (the environment and flags win)",
+    )
+    defaults = Settings()
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        kind: Any = {int: int, float: float}.get(type(getattr(Settings(), f.name)), str)
+        default = getattr(defaults, f.name)
+        kind: Any = {int: int, float: float}.get(type(default), str)
         env = "TETHER_" + f.name.upper()
-        parser.add_argument(flag, dest=f.name, type=kind, help=f"{_HELP.get(f.name, '')} [{env}]")
+        parts = [_HELP.get(f.name, "")]
+        if f.name in CHOICES:
+            parts.append("{" + ",".join(CHOICES[f.name]) + "}")
+        if f.name not in _SECRET_SETTINGS and default not in ("", None):
+            parts.append(f"(default: {default})")
+        parser.add_argument(
+            flag,
+            dest=f.name,
+            type=kind,
+            metavar=f.name.upper() if f.name in CHOICES else None,
+            help=" ".join(p for p in parts if p) + f" [{env}]",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tether {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the sync server")
@@ -132,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
         from .bench.ai import add_ai_arguments
+        from .bench.bigdoc import add_bigdoc_arguments
+        from .bench.idle import add_idle_arguments
         from .bench.model import add_model_arguments
         from .bench.startup import add_startup_arguments
+        from .bench.storm import add_storm_arguments
         from .bench.sync import add_sync_arguments
         from .bench.worker_hop import add_worker_arguments
 
@@ -142,12 +170,18 @@ def main(argv: list[str] | None = None) -> int:
         add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
         add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
         add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
+        add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
+        add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
+        add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
         bench_kinds.add_parser("model", help=_MODEL_HELP)
         bench_kinds.add_parser("startup", help=_STARTUP_HELP)
         bench_kinds.add_parser("worker", help=_WORKER_HELP)
+        bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
+        bench_kinds.add_parser("storm", help=_STORM_HELP)
+        bench_kinds.add_parser("idle", help=_IDLE_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -166,6 +200,18 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import run_model_bench
 
         return run_model_bench(args)
+    if args.bench == "idle":
+        from .bench.idle import run_idle_bench
+
+        return run_idle_bench(args)
+    if args.bench == "storm":
+        from .bench.storm import run_storm_bench
+
+        return run_storm_bench(args)
+    if args.bench == "bigdoc":
+        from .bench.bigdoc import run_bigdoc_bench
+
+        return run_bigdoc_bench(args)
     if args.bench == "ai":
         from .bench.ai import run_ai_bench
 
@@ -176,10 +222,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = settings_from_env().with_overrides(**vars(args))
     try:
+        environ = dict(os.environ)
+        if args.env_file is not None:
+            environ = {**read_env_file(args.env_file), **environ}
+        settings = settings_from_env(environ).with_overrides(**vars(args))
         settings.validate()
-    except ValueError as exc:
+    except (SettingsError, ValueError, TypeError) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(

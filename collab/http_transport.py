@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -38,13 +38,13 @@ from tether.protocol.http_wire import (
     encode_event,
 )
 
-from .auth import Authenticator, AuthError
+from .auth import AuthError, Grant
 from .close_codes import POLICY_VIOLATION
 from .config import Settings
 from .context import ServerContext
 from .http_session import HttpSession
 from .http_sessions import HttpSessions, SessionRefused
-from .metrics import Metrics
+from .metrics import Metrics, label_value
 from .replay_buffer import ResumeGap
 
 log = logging.getLogger(__name__)
@@ -59,11 +59,17 @@ _STREAM_HEADERS = {
 }
 
 
+# Checks a session's bearer token as the server checks any other (raises AuthError).
+VerifyToken = Callable[[str, Request], Awaitable[Grant]]
+
+
 class HttpTransport:
-    def __init__(self, settings: Settings, metrics: Metrics, authenticator: Authenticator) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics, verify: VerifyToken) -> None:
         self._settings = settings
         self._metrics = metrics
-        self._authenticator = authenticator
+        # The server's own check (on_authenticate hooks, then JWT): a session is refused
+        # exactly when a /ws channel with that token would be.
+        self._verify = verify
         self.sessions = HttpSessions(settings, metrics)
 
     def running(self, ctx: ServerContext) -> contextlib.AbstractAsyncContextManager[Any]:
@@ -89,9 +95,9 @@ class HttpTransport:
         header = request.headers.get("authorization", "")
         token = header[7:] if header.lower().startswith("bearer ") else ""
         try:
-            self._authenticator.verify(token)
+            await self._verify(token, request)
         except AuthError as exc:
-            self._metrics.auth_failures.labels(str(exc)).inc()
+            self._metrics.auth_failures.labels(label_value(str(exc))).inc()
             return _error(401, str(exc))
         address = request.client.host[:64] if request.client else "unknown"
         try:

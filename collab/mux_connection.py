@@ -34,7 +34,10 @@ from tether.protocol.session import (
 from .auth import AuthError, Grant
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
 from .context import ServerContext, Transport, valid_document_name
+from .grants import authenticate
+from .hooks import ConnectionInfo
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .metrics import label_value
 from .outbox import Outbox
 from .peer import Peer
 from .room import Room
@@ -46,11 +49,19 @@ _GRANT_CACHE_SIZE = 4
 
 
 class MuxConnection:
-    def __init__(self, transport: Transport, ctx: ServerContext, *, endpoint: str = "ws") -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        ctx: ServerContext,
+        connection: ConnectionInfo | None = None,
+        *,
+        endpoint: str = "ws",
+    ) -> None:
         s = ctx.settings
         self._endpoint = endpoint  # the metrics label: "ws", or "http" for the HTTP fallback
         self._transport = transport
         self._ctx = ctx
+        self._connection = connection  # what on_authenticate hooks see of this socket
         self._session = ServerSession(
             SessionLimits(
                 max_frame_bytes=s.max_frame_bytes,
@@ -114,7 +125,7 @@ class MuxConnection:
         elif isinstance(event, Reply):
             self._outbox.put(event.frame)
         elif isinstance(event, AuthRequested):
-            for follow_up in self._authenticate(event):
+            for follow_up in await self._authenticate(event):
                 await self._handle(follow_up)
         elif isinstance(event, ChannelOpened):
             await self._open(event)
@@ -134,20 +145,23 @@ class MuxConnection:
         elif isinstance(message, QueryAwareness):
             room.send_presence(peer)
 
-    def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
+    async def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
         auth = self._ctx.authenticator
         if not valid_document_name(event.document):
             return self._session.deny(event.channel, "invalid document name")
         try:
-            grant = self._grants.get(event.token)
-            if grant is None:
-                grant = auth.verify(event.token)
-                if len(self._grants) >= _GRANT_CACHE_SIZE:
-                    self._grants.clear()
-                self._grants[event.token] = grant
-            auth.check(grant, event.document)
+            if self._ctx.hooks.has("on_authenticate"):  # per document: the host decides
+                grant = await authenticate(self._ctx, event.token, event.document, self._connection)
+            else:
+                grant = self._grants.get(event.token)
+                if grant is None:
+                    grant = auth.verify(event.token)
+                    if len(self._grants) >= _GRANT_CACHE_SIZE:
+                        self._grants.clear()
+                    self._grants[event.token] = grant
+                auth.check(grant, event.document)
         except AuthError as exc:
-            self._ctx.metrics.auth_failures.labels(str(exc)).inc()
+            self._ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
             return self._session.deny(event.channel, str(exc))
         self._grant_of_channel[event.channel] = grant
         attached = self._attached.get(event.channel)

@@ -28,6 +28,7 @@ import { guardPresence } from "./presence.js";
 import { fallbackSocketClass } from "./transport.js";
 import {
   appRoot,
+  at,
   config,
   currentToken,
   displayName,
@@ -74,7 +75,8 @@ let websocketProvider = null;
 let view = null;
 
 function documentNameFromPath(path) {
-  const match = /^\/d\/(.+)$/.exec(path);
+  const prefix = at("/d/");
+  const match = path.startsWith(prefix) ? [path, path.slice(prefix.length)] : null;
   if (!match) return "";
   try {
     return decodeURIComponent(match[1]);
@@ -111,7 +113,7 @@ root.append(
   h(
     "header",
     { class: "topbar" },
-    h("a", { href: "/", class: "brand", title: "all documents" }, "tether"),
+    h("a", { href: at("/"), class: "brand", title: "all documents" }, "tether"),
     h("span", { class: "docname", id: "tether-docname" }, documentName || "(no document)"),
     statusEl,
     pendingEl,
@@ -164,7 +166,7 @@ if (!documentName) {
 const ydoc = new Y.Doc();
 const ytext = ydoc.getText("content");
 websocketProvider = new HocuspocusProviderWebsocket({
-  url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + "/ws",
+  url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + at("/ws"),
   // Reconnect quickly after a server restart, never give up.
   // (@lifeomic/attempt refuses delay < minDelay: keep delay >= minDelay, all integers.)
   delay: 1000,
@@ -284,7 +286,7 @@ function refuse(message, offerSignIn) {
     h("h2", {}, "No access"),
     h("p", { id: "tether-refusal-message" }, message),
     offerSignIn ? signInBox("Sign in with a token that allows this document.") : null,
-    h("p", {}, h("a", { href: "/" }, "All documents")),
+    h("p", {}, h("a", { href: at("/") }, "All documents")),
   );
   refusalEl.hidden = false;
   // Stop syncing (never send anything after a refusal), then drop the text from the page.
