@@ -47,6 +47,16 @@ class Settings:
     send_queue_frames: int = 2048
     # The send queue's bound in bytes (one frame larger than it is still sent when alone).
     send_queue_bytes: int = 8 * 1024 * 1024
+    # The HTTP fallback (collab.http_transport): sessions in all and per client address, the
+    # bytes each may hold for resumption until its client acknowledges them (and all together),
+    # how long one lives with no down request, the stream's heartbeat, a long poll's wait.
+    http_sessions: int = 1024
+    http_sessions_per_address: int = 64
+    http_replay_bytes: int = 4 * 1024 * 1024
+    http_replay_bytes_total: int = 256 * 1024 * 1024
+    http_session_timeout: float = 30.0
+    http_heartbeat: float = 10.0
+    http_poll_timeout: float = 20.0
     # Presence (awareness): per connection and document, and per document in all.
     awareness_ids_per_peer: int = 8
     awareness_entry_bytes: int = 16 * 1024
@@ -156,6 +166,8 @@ class Settings:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
         if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
             raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
+        if min(self.http_heartbeat, self.http_poll_timeout, self.http_session_timeout) <= 0:
+            raise ValueError("http_heartbeat, http_poll_timeout, http_session_timeout must be > 0")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 

@@ -50,9 +50,15 @@ _GRANT_CACHE_SIZE = 4
 
 class MuxConnection:
     def __init__(
-        self, transport: Transport, ctx: ServerContext, connection: ConnectionInfo | None = None
+        self,
+        transport: Transport,
+        ctx: ServerContext,
+        connection: ConnectionInfo | None = None,
+        *,
+        endpoint: str = "ws",
     ) -> None:
         s = ctx.settings
+        self._endpoint = endpoint  # the metrics label: "ws", or "http" for the HTTP fallback
         self._transport = transport
         self._ctx = ctx
         self._connection = connection  # what on_authenticate hooks see of this socket
@@ -78,7 +84,7 @@ class MuxConnection:
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
-        metrics.connections.labels("ws").inc()
+        metrics.connections.labels(self._endpoint).inc()
         try:
             await run_connection(
                 receive_loop=self._receive_loop(),
@@ -90,7 +96,7 @@ class MuxConnection:
             )
         finally:
             self._session.close()  # gives its pre-auth bytes back to the shared budget
-            metrics.connections.labels("ws").dec()
+            metrics.connections.labels(self._endpoint).dec()
 
     async def _receive_loop(self) -> None:
         receive = self._transport.receive
@@ -105,7 +111,7 @@ class MuxConnection:
                 events = session.receive(data, now)
             except _SESSION_LIMITS as exc:
                 self._ctx.metrics.limit_refusals.labels(_limit_of(exc)).inc()
-                log.warning("closing a /ws connection: %s", exc)  # it ends: once per peer
+                log.warning("closing a %s connection: %s", self._endpoint, exc)  # once per peer
                 raise
             for event in events:
                 await self._handle(event)

@@ -38,6 +38,7 @@ from .context import ServerContext, valid_document_name
 from .direct import TEXT_NAME, DirectConnection
 from .grants import authenticate
 from .hooks import AuthRequest, ConnectionInfo, Hooks
+from .http_transport import HttpTransport
 from .metrics import Metrics, label_value
 from .mux_connection import MuxConnection
 from .origins import OriginPolicy
@@ -145,6 +146,8 @@ class TetherServer:
         self.addresses = ConnectionsPerAddress(settings.max_connections_per_address)
         self._crowded: set[str] = set()  # addresses logged for the limit (bounded likewise)
         self._said_not_started = False
+        # The HTTP fallback for /ws (the same frames, connection logic, auth and limits).
+        self.http_transport = HttpTransport(settings, self.metrics, self._session_grant)
         self.http_app = Starlette(routes=self.routes(), lifespan=self._lifespan)
         self.asgi: ASGIApp = self  # the object is the ASGI app; the name reads well in mounts
 
@@ -173,14 +176,17 @@ class TetherServer:
             if engine is not None:
                 self.hooks.add(engine)
                 stack.callback(self.hooks.remove, engine)
+            budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
+            self.store, self.rooms, self.ai = backend, rooms, engine
+            self.context = ServerContext(
+                settings, self.authenticator, rooms, self.hooks, self.metrics, backend, budget
+            )
+            await stack.enter_async_context(self.http_transport.running(self.context))
         except BaseException:
+            self.context = None
+            self.store, self.rooms, self.ai = None, None, None
             await stack.aclose()
             raise
-        budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
-        self.store, self.rooms, self.ai = backend, rooms, engine
-        self.context = ServerContext(
-            settings, self.authenticator, rooms, self.hooks, self.metrics, backend, budget
-        )
         self._stack = stack
 
     async def stop(self) -> None:
@@ -262,6 +268,7 @@ class TetherServer:
             Route("/api/documents", self.list_documents),
             Route("/api/suggest", self.suggest_endpoint, methods=["POST"]),
             Route("/api/documents/{name:path}", self.get_document),
+            *self.http_transport.routes(),
         ]
 
     async def health(self, request: Request) -> Response:
@@ -371,6 +378,12 @@ class TetherServer:
             _sse(engine, suggestion, text, session, cold, owner, subject),
             media_type="text/event-stream",
         )
+
+    async def _session_grant(self, token: str, request: Request) -> Grant:
+        """An HTTP fallback session's token, checked as REST's are (hooks first)."""
+        address = request.client.host if request.client else "unknown"
+        info = _connection_info(request.scope, "http", route_path(request.scope), address)
+        return await authenticate(self.ctx, token, None, info, check=False)
 
     async def _bearer_grant(self, request: Request, document: str | None) -> Grant | None:
         """The grant of the request's bearer token (hooks first), or None: answer 401."""
