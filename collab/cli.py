@@ -256,6 +256,9 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
+        # uvicorn's loggers propagate to ours: one format for every line (its own dictConfig
+        # would give its lines another); log_level still sets their levels.
+        log_config=None,
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
         ws_max_size=settings.max_frame_bytes * 2,
         ws_ping_interval=settings.ping_interval,
@@ -271,15 +274,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .log_redaction import install as redact_tokens_in_logs
 
     redact_tokens_in_logs()
-    server = uvicorn.Server(config)
-    logging.getLogger("tether").info(
-        "tether serving on http://%s:%d (data in %s)",
-        settings.host,
-        settings.port,
-        Path(settings.data_dir).resolve(),
-    )
+    from .serving import AnnouncingServer
+
+    server = AnnouncingServer(config, Path(settings.data_dir).resolve())
     server.run()
-    return 0
+    return 0 if server.started else 1
 
 
 def _token(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -473,8 +474,10 @@ class TetherServer:
                 log.warning("refused a socket: too many open from %s", address)
             await ws.refuse(TRY_AGAIN_LATER, "too many connections from this address")
             return
+        opened = time.monotonic()
+        path = route_path(scope)
+        log.debug("socket opened from %s on %s", address, path)
         try:
-            path = route_path(scope)
             if path == "/ws":
                 connection = _connection_info(scope, "ws", path, address)
                 if await self._connected(ws, connection):
@@ -497,6 +500,9 @@ class TetherServer:
                 await ws.refuse(1008, "no such endpoint")
         finally:
             self.addresses.leave(address)
+            log.debug(
+                "socket from %s on %s ended after %.1f s", address, path, time.monotonic() - opened
+            )
 
     async def _connected(self, ws: _AsgiWebSocket, connection: ConnectionInfo) -> bool:
         """The on_connect hooks; False (and refused: 403 on the upgrade) if one refused."""
