@@ -25,6 +25,8 @@ _HELP = {
     "metrics_token": "bearer token /metrics requires (default: none, loopback clients only);"
     " prefer the environment variable",
     "allowed_origins": "browser origins allowed besides the server's own and loopback",
+    "cors_origins": "comma-separated origins whose pages may call the REST API (/api) cross-site"
+    " (CORS); their pages get no WebSocket access by this",
     "log_level": "debug, info, warning or error",
     "max_frame_bytes": "largest accepted WebSocket message",
     "max_documents_per_connection": "documents one /ws connection may open",

@@ -25,6 +25,7 @@ class Settings:
     # Web origins besides this server's own and loopback that may open sockets and call the
     # API from a browser, comma-separated ("https://docs.example.com"); see collab.origins.
     allowed_origins: str = ""
+    cors_origins: str = ""
     # /metrics: with a token, only "Authorization: Bearer <token>" may read it (from anywhere);
     # without one, only loopback clients may (a scraper on the host, or behind a local proxy).
     metrics_token: str = ""

@@ -21,6 +21,8 @@ from urllib.parse import parse_qs
 from prometheus_client import ProcessCollector
 from pycrdt import Text
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -42,7 +44,7 @@ from .hooks import AuthRequest, ConnectionInfo, Hooks
 from .http_transport import HttpTransport
 from .metrics import Metrics, label_value
 from .mux_connection import MuxConnection
-from .origins import OriginPolicy
+from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
 from .rooms import DocumentQuarantined, RoomManager
@@ -149,7 +151,10 @@ class TetherServer:
         self._said_not_started = False
         # The HTTP fallback for /ws (the same frames, connection logic, auth and limits).
         self.http_transport = HttpTransport(settings, self.metrics, self._session_grant)
-        self.http_app = Starlette(routes=self.routes(), lifespan=self._lifespan)
+        self.cors_origins = OriginPolicy.from_settings(settings.cors_origins, auth="jwt")
+        self.http_app = Starlette(
+            routes=self.routes(), lifespan=self._lifespan, middleware=_cors(self.cors_origins)
+        )
         self.asgi: ASGIApp = self  # the object is the ASGI app; the name reads well in mounts
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -448,12 +453,29 @@ class TetherServer:
             await self.websocket(scope, receive, send)
             return
         refusal = _origin_refusal(scope, self.origins)
+        if refusal is not None and self._cors_allows(scope):
+            refusal = None  # a listed site calling the REST API (CORS answers its preflight)
         if refusal is not None:
             self.metrics.origin_refusals.labels("http").inc()
             _log_refusal_once(self._refused_origins, scope, refusal)
             await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
             return
         await self.http_app(scope, receive, send)
+
+    def _cors_allows(self, scope: Scope) -> bool:
+        """A REST request from an origin listed in --cors-origins, to an allowed Host."""
+        if not self.cors_origins.allowed_origins or not route_path(scope).startswith("/api/"):
+            return False
+        headers = {
+            k.lower(): v for k, v in scope.get("headers", []) if k.lower() in _ORIGIN_HEADERS
+        }
+        origin = headers.get(b"origin")
+        if origin is None:
+            return False
+        normalised = normalise_origin(origin.decode("latin-1"))
+        host = headers.get(b"host")
+        host_ok = self.origins.refusal(host.decode("latin-1") if host else None, None) is None
+        return host_ok and normalised in self.cors_origins.allowed_origins
 
     async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Origin, per-address limit, then the endpoint by path."""
@@ -629,6 +651,21 @@ class _RefusalLog:
 def _client_address(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0])[:64] if client else "unknown"
+
+
+def _cors(allowed: OriginPolicy) -> list[Middleware]:
+    """CORS for the listed origins only (none: no CORS headers at all, the browser default)."""
+    if not allowed.allowed_origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=sorted(allowed.allowed_origins),
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["authorization", "content-type"],
+            max_age=600,
+        )
+    ]
 
 
 def _origin_refusal(scope: Scope, origins: OriginPolicy) -> str | None:
