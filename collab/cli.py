@@ -25,6 +25,10 @@ _HELP = {
     "metrics_token": "bearer token /metrics requires (default: none, loopback clients only);"
     " prefer the environment variable",
     "allowed_origins": "browser origins allowed besides the server's own and loopback",
+    "webhook_url": "POST a signed JSON notice here when a document changes or is stored",
+    "webhook_secret": "HMAC-SHA256 key for the Tether-Signature header; prefer the environment",
+    "webhook_events": "which notices to send: change, store, or both (comma-separated)",
+    "webhook_debounce": "seconds of quiet before a document's notice is sent (at most 5x this)",
     "cors_origins": "comma-separated origins whose pages may call the REST API (/api) cross-site"
     " (CORS); their pages get no WebSocket access by this",
     "log_level": "debug, info, warning or error",
@@ -87,7 +91,7 @@ _HELP = {
 
 
 # Settings that are credentials: given as flags they show in ps, so the server warns.
-_SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
+_SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key", "webhook_secret")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"

@@ -51,6 +51,7 @@ from .rooms import DocumentQuarantined, RoomManager
 from .sqlite_store import SQLiteStore
 from .storage import Store
 from .version import VERSION
+from .webhooks import WebhookExtension
 from .yws_connection import YwsConnection
 from .yws_connection import authorize as authorize_yws
 
@@ -182,6 +183,18 @@ class TetherServer:
             if engine is not None:
                 self.hooks.add(engine)
                 stack.callback(self.hooks.remove, engine)
+            if settings.webhook_url:
+                webhooks = WebhookExtension(
+                    settings.webhook_url,
+                    settings.webhook_secret,
+                    debounce=settings.webhook_debounce,
+                    max_wait=max(settings.webhook_debounce * 5, 1.0),
+                    events=tuple(settings.webhook_events.split(",")),
+                    metrics=self.metrics,
+                )
+                self.hooks.add(webhooks)
+                stack.push_async_callback(webhooks.aclose)
+                stack.callback(self.hooks.remove, webhooks)
             budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
             self.store, self.rooms, self.ai = backend, rooms, engine
             self.context = ServerContext(
