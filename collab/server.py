@@ -85,6 +85,22 @@ class _AsgiWebSocket:
         """Close before accepting: the client sees the HTTP upgrade fail with 403."""
         await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
+    async def deny(self, status: int, reason: str, scope: Scope) -> None:
+        """Refuse the upgrade with an HTTP status and a JSON body where the server supports
+        it (the ASGI websocket.http.response extension); a plain 403 otherwise."""
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await self.refuse(1008, reason)
+            return
+        body = json.dumps({"error": reason}).encode()
+        await self._send(
+            {
+                "type": "websocket.http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await self._send({"type": "websocket.http.response.body", "body": body})
+
     async def receive(self) -> bytes | None:
         message = await self._receive()
         if message["type"] == "websocket.disconnect":
@@ -532,7 +548,7 @@ class TetherServer:
                     finally:
                         await self.hooks.on_disconnect(connection)
             else:
-                await ws.refuse(1008, "no such endpoint")
+                await ws.deny(404, "no such endpoint (tether's are /ws and /yjs/<document>)", scope)
         finally:
             self.addresses.leave(address)
             log.debug(
