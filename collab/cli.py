@@ -25,6 +25,12 @@ _HELP = {
     "metrics_token": "bearer token /metrics requires (default: none, loopback clients only);"
     " prefer the environment variable",
     "allowed_origins": "browser origins allowed besides the server's own and loopback",
+    "webhook_url": "POST a signed JSON notice here when a document changes or is stored",
+    "webhook_secret": "HMAC-SHA256 key for the Tether-Signature header; prefer the environment",
+    "webhook_events": "which notices to send: change, store, or both (comma-separated)",
+    "webhook_debounce": "seconds of quiet before a document's notice is sent (at most 5x this)",
+    "cors_origins": "comma-separated origins whose pages may call the REST API (/api) cross-site"
+    " (CORS); their pages get no WebSocket access by this",
     "log_level": "debug, info, warning or error",
     "max_frame_bytes": "largest accepted WebSocket message",
     "max_documents_per_connection": "documents one /ws connection may open",
@@ -85,7 +91,7 @@ _HELP = {
 
 
 # Settings that are credentials: given as flags they show in ps, so the server warns.
-_SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
+_SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key", "webhook_secret")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
@@ -256,6 +262,9 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
+        # uvicorn's loggers propagate to ours: one format for every line (its own dictConfig
+        # would give its lines another); log_level still sets their levels.
+        log_config=None,
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
         ws_max_size=settings.max_frame_bytes * 2,
         ws_ping_interval=settings.ping_interval,
@@ -271,15 +280,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .log_redaction import install as redact_tokens_in_logs
 
     redact_tokens_in_logs()
-    server = uvicorn.Server(config)
-    logging.getLogger("tether").info(
-        "tether serving on http://%s:%d (data in %s)",
-        settings.host,
-        settings.port,
-        Path(settings.data_dir).resolve(),
-    )
+    from .serving import AnnouncingServer
+
+    server = AnnouncingServer(config, Path(settings.data_dir).resolve())
     server.run()
-    return 0
+    return 0 if server.started else 1
 
 
 def _token(args: argparse.Namespace) -> int:

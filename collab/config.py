@@ -25,6 +25,11 @@ class Settings:
     # Web origins besides this server's own and loopback that may open sockets and call the
     # API from a browser, comma-separated ("https://docs.example.com"); see collab.origins.
     allowed_origins: str = ""
+    cors_origins: str = ""
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    webhook_events: str = "change,store"
+    webhook_debounce: float = 2.0
     # /metrics: with a token, only "Authorization: Bearer <token>" may read it (from anywhere);
     # without one, only loopback clients may (a scraper on the host, or behind a local proxy).
     metrics_token: str = ""
@@ -168,6 +173,13 @@ class Settings:
             raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
         if min(self.http_heartbeat, self.http_poll_timeout, self.http_session_timeout) <= 0:
             raise ValueError("http_heartbeat, http_poll_timeout, http_session_timeout must be > 0")
+        if self.webhook_url and not self.webhook_url.startswith(("http://", "https://")):
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        unknown = set(self.webhook_events.split(",")) - {"change", "store"}
+        if self.webhook_url and unknown:
+            raise ValueError(f"webhook_events takes change and store; not {sorted(unknown)}")
+        if self.webhook_debounce < 0:
+            raise ValueError("webhook_debounce must be >= 0")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 

@@ -61,6 +61,7 @@ async def run_connection(
         detach()
         if close is not None:
             metrics.closes.labels(label_value(close.reason.split(":")[0])).inc()
+            log.info("closing a connection: %d %s", close.code, close.reason)
             with contextlib.suppress(Exception):
                 await outbox.flush(timeout=CLOSE_TIMEOUT)
             outbox.close()

@@ -88,6 +88,12 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.webhooks = Counter(
+            "tether_webhook_deliveries_total",
+            "Webhook POSTs by outcome (delivered, retried, refused: 4xx, failed: out of attempts)",
+            ["outcome"],
+            registry=r,
+        )
         self.auth_failures = Counter(
             "tether_auth_failures_total", "Refused document opens", ["reason"], registry=r
         )

@@ -58,7 +58,10 @@ class MuxConnection:
         endpoint: str = "ws",
     ) -> None:
         s = ctx.settings
-        self._endpoint = endpoint  # the metrics label: "ws", or "http" for the HTTP fallback
+        self._endpoint = endpoint
+        self._auth_refusals_logged: set[str] = (
+            set()
+        )  # the metrics label: "ws", or "http" for the HTTP fallback
         self._transport = transport
         self._ctx = ctx
         self._connection = connection  # what on_authenticate hooks see of this socket
@@ -162,6 +165,14 @@ class MuxConnection:
                 auth.check(grant, event.document)
         except AuthError as exc:
             self._ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
+            if str(exc) not in self._auth_refusals_logged and len(self._auth_refusals_logged) < 8:
+                self._auth_refusals_logged.add(str(exc))  # once per reason and connection
+                log.info(
+                    "refused document %r on a %s connection: %s",
+                    event.document,
+                    self._endpoint,
+                    exc,
+                )
             return self._session.deny(event.channel, str(exc))
         self._grant_of_channel[event.channel] = grant
         attached = self._attached.get(event.channel)

@@ -388,7 +388,14 @@ class Room:
             await self._reloading  # the doc in memory may hold a refused update's remains
         self._compacting = True
         try:
-            await self._store.compact(self.name, self.doc.get_update())
+            snapshot = self.doc.get_update()
+            await self._store.compact(self.name, snapshot)
+            log.debug(
+                "compacted %r: %d log entries into %d bytes",
+                self.name,
+                self._log_entries,
+                len(snapshot),
+            )
             self._log_entries = 0
             self._metrics.compactions.inc()
         except StorageError:

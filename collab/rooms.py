@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from pycrdt import Doc
@@ -134,7 +135,14 @@ class RoomManager:
         return doc, guard
 
     async def _load(self, name: str) -> Room:
+        started = time.perf_counter()
         doc, guard, log_entries = await self._read(name)
+        log.info(
+            "loaded document %r (%d log entries) in %.1f ms",
+            name,
+            log_entries,
+            (time.perf_counter() - started) * 1000,
+        )
         room = Room(
             name,
             doc,
@@ -192,6 +200,7 @@ class RoomManager:
         finally:
             if self._rooms.get(room.name) is room:
                 del self._rooms[room.name]
+                log.info("unloaded document %r", room.name)
             self._metrics.rooms.set(len(self._rooms))
 
     async def close(self) -> None:

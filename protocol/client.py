@@ -20,17 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Literal, Self
 
 from pycrdt import Doc, Text, TransactionEvent
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from .ai import (
+    ServerAiMessage,
+    Suggest,
+    SuggestionEnd,
+    SuggestionError,
+    decode_server_message,
+)
 from .client_session import (
     AuthRefused,
     ClientDocument,
@@ -38,6 +46,7 @@ from .client_session import (
     ClientSession,
     StatelessReceived,
 )
+from .connect_errors import ConnectionFailedError, describe
 from .errors import ProtocolError
 from .http_client import HttpLink, http_base_of
 from .messages import Stateless
@@ -49,6 +58,7 @@ _CONNECTION_ERRORS = (OSError, ConnectionClosed, InvalidHandshake, TimeoutError,
 
 
 Transport = Literal["auto", "ws", "http"]
+_request_ids = itertools.count(1)
 # A socket that ends abnormally this soon after opening, this many times in a row, counts as
 # killed by something between us and the server: "auto" moves to HTTP.
 _SHORT_LIVED = 10.0
@@ -79,13 +89,23 @@ class _Changes:
                 await self._event.wait()
 
 
+class SuggestionFailedError(Exception):
+    """The server answered a suggestion request with ``suggestion.error``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
 class DocumentHandle:
     """One open document: its pycrdt Doc, edit helpers, and waits on sync/ack/text."""
 
     def __init__(self, client: TetherClient, state: ClientDocument) -> None:
         self._client = client
         self._state = state
+        # Stateless payloads that are not answers to this handle's own suggest() calls.
         self.stateless: asyncio.Queue[str] = asyncio.Queue()
+        self._suggestions: dict[str, asyncio.Queue[ServerAiMessage]] = {}
         self._subscription = state.doc.observe(self._on_transaction)
 
     @property
@@ -141,6 +161,51 @@ class DocumentHandle:
         self._client._send_frames([Stateless(self.name, payload).encode()])
 
     # ---- waits -------------------------------------------------------------------------------
+
+    async def suggest(
+        self,
+        pos: int | None = None,
+        *,
+        kind: str = "complete",
+        start: int | None = None,
+        end: int | None = None,
+        max_tokens: int | None = None,
+        timeout: float = 60.0,
+    ) -> AsyncIterator[ServerAiMessage]:
+        """Ask for a suggestion and yield the server's messages for it as they stream
+        (``suggestion.start``, ``suggestion.delta``..., then ``suggestion.end``); a
+        ``suggestion.error`` raises SuggestionFailedError. ``pos`` (UTF-16 units, as the wire
+        counts) defaults to the end of the text; ``kind="rewrite"`` takes ``start``/``end``."""
+        if pos is None and kind == "complete":
+            pos = len(str(self.text).encode("utf-16-le")) // 2
+        request_id = f"py-{next(_request_ids)}"
+        answers: asyncio.Queue[ServerAiMessage] = asyncio.Queue()
+        self._suggestions[request_id] = answers
+        try:
+            self.send_stateless(
+                Suggest(request_id, kind, pos, start, end, max_tokens=max_tokens).encode()
+            )
+            async with asyncio.timeout(timeout):
+                while True:
+                    message = await answers.get()
+                    if isinstance(message, SuggestionError):
+                        raise SuggestionFailedError(message.code, message.message)
+                    yield message
+                    if isinstance(message, SuggestionEnd):
+                        return
+        finally:
+            self._suggestions.pop(request_id, None)
+
+    def _stateless(self, payload: str) -> None:
+        try:
+            message = decode_server_message(payload)
+        except ProtocolError:
+            message = None
+        answers = self._suggestions.get(getattr(message, "id", None) or "")
+        if message is not None and answers is not None:
+            answers.put_nowait(message)
+        else:
+            self.stateless.put_nowait(payload)
 
     async def wait_synced(self, timeout: float = 10.0) -> None:
         await self.wait_for(lambda: self._state.synced, timeout)
@@ -219,16 +284,42 @@ class TetherClient:
         self.closed = False
         self.connects = 0
         self.last_close: tuple[int, str] | None = None
+        # The last failed attempt per transport, until one succeeds (the error __aenter__ raises)
+        self._attempt_errors: dict[str, BaseException] = {}
+        self._gave_up = asyncio.Event()  # no point waiting: a permanent error, or no reconnect
 
     async def __aenter__(self) -> Self:
         self._runner = asyncio.ensure_future(self._run())
+        connected = asyncio.ensure_future(self.connected.wait())
+        gave_up = asyncio.ensure_future(self._gave_up.wait())
         try:
-            async with asyncio.timeout(self._open_timeout):
-                await self.connected.wait()
-        except TimeoutError:
+            await asyncio.wait(
+                {connected, gave_up}, timeout=self._open_timeout, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            connected.cancel()
+            gave_up.cancel()
+        if not self.connected.is_set():
+            error = self._connection_error()
             await self.aclose()
-            raise
+            raise error
         return self
+
+    def _connection_error(self) -> ConnectionFailedError:
+        """What the failed attempts say, the socket's first (it is tried first)."""
+        if not self._attempt_errors:
+            return ConnectionFailedError(
+                f"could not connect to {self.url} within {self._open_timeout:g} s"
+            )
+        parts, permanent = [], True
+        for kind, exc in self._attempt_errors.items():
+            words, fatal = describe(exc)
+            permanent = permanent and fatal
+            parts.append(words if kind == "ws" else f"over HTTP: {words}")
+        target = self.url if "ws" in self._attempt_errors else self.http_url
+        return ConnectionFailedError(
+            f"could not connect to {target}: " + "; ".join(parts), permanent=permanent
+        )
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -256,11 +347,19 @@ class TetherClient:
         try:
             await handle.wait_synced(timeout)
         except BaseException:
-            self.close_document(name)
+            self._close_document(name)
             raise
         return handle
 
-    def close_document(self, name: str) -> None:
+    async def close_document(self, name: str, *, timeout: float = 10.0) -> None:
+        """Close one document (the socket and the others stay); returns once the Close has
+        been handed to the connection, or at once while offline (nothing to tell)."""
+        self._close_document(name)
+        await self._changes.wait_until(
+            lambda: self._outgoing.empty() or not self.connected.is_set() or self.closed, timeout
+        )
+
+    def _close_document(self, name: str) -> None:
         handle = self._handles.pop(name, None)
         if handle is not None:
             handle._detach()
@@ -299,6 +398,7 @@ class TetherClient:
                         self.url, max_size=None, open_timeout=self._open_timeout
                     ) as ws:
                         attempt, opened_at = 0, time.monotonic()
+                        self._attempt_errors.clear()
                         await self._serve(ws, "ws")
                 else:
                     link = await HttpLink.open(
@@ -309,11 +409,16 @@ class TetherClient:
                     )
                     try:
                         attempt, opened_at = 0, time.monotonic()
+                        self._attempt_errors.clear()
                         await self._serve(link, "http")
                     finally:
                         await link.close()
             except _CONNECTION_ERRORS as exc:
                 log.debug("connection lost: %r", exc)
+                if opened_at is None:  # it never opened: remember why, for __aenter__
+                    self._attempt_errors[kind] = exc
+                    if describe(exc)[1] and self.transport != "auto":
+                        self._gave_up.set()
             finally:
                 self._ws = None
                 self.transport_in_use = None
@@ -323,6 +428,7 @@ class TetherClient:
             if kind == "ws":
                 self._judge_socket(opened_at)
             if not self.reconnect or self.closed:
+                self._gave_up.set()
                 break
             delay = min(self._backoff_max, self._backoff_initial * 2**attempt)
             attempt += 1
@@ -415,13 +521,15 @@ class TetherClient:
         while True:
             frame = await queue.get()
             await ws.send(frame)
+            if queue.empty():
+                self._changes.notify()  # close_document() waits for the queue to empty
 
     def _dispatch(self, events: list[ClientEvent]) -> None:
         for event in events:
             if isinstance(event, StatelessReceived):
                 handle = self._handles.get(event.channel)
                 if handle is not None:
-                    handle.stateless.put_nowait(event.payload)
+                    handle._stateless(event.payload)
             elif isinstance(event, AuthRefused):
                 log.info("document %r refused: %s", event.channel, event.reason)
         if events:
