@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from pycrdt import Doc
@@ -76,6 +77,9 @@ class RoomManager:
                     del self._unloading[name]
                 continue
             room = self._rooms.get(name)
+            if room is not None and room.reloading:
+                await room.reloaded()  # nobody new reads or joins a doc being rebuilt
+                continue
             if room is not None and not room.closing:
                 self._cancel_unload_timer(name)
                 return room
@@ -101,16 +105,46 @@ class RoomManager:
             if not room.peers and not room.closing and self._rooms.get(name) is room:
                 self._schedule_unload(room)
 
+    @contextlib.asynccontextmanager
+    async def hold(self, name: str) -> AsyncIterator[Room]:
+        """The loaded room, kept loaded until the block ends even if every editor leaves (a
+        server-side direct connection); then it unloads like an emptied room."""
+        room = await self.acquire(name)
+        room.holders += 1
+        try:
+            yield room
+        finally:
+            room.holders -= 1
+            if not room.holders and not room.peers and self._rooms.get(name) is room:
+                if not room.closing:
+                    self._schedule_unload(room)
+
     def _forget_loading(self, name: str, future: asyncio.Future[Room]) -> None:
         if self._loading.get(name) is future:
             del self._loading[name]
 
-    async def _load(self, name: str) -> Room:
+    async def _read(self, name: str) -> tuple[Doc, UpdateGuard, int]:
+        """The stored document, through a fresh guard, and how many log entries it has."""
         updates = await self._store.load(name)
         doc = Doc()
         guard = UpdateGuard(self._max_nesting_depth)
         for update in updates:
             _load_stored(name, doc, guard, update)
+        return doc, guard, max(len(updates) - 1, 0)
+
+    async def _reread(self, name: str) -> tuple[Doc, UpdateGuard]:
+        doc, guard, _ = await self._read(name)
+        return doc, guard
+
+    async def _load(self, name: str) -> Room:
+        started = time.perf_counter()
+        doc, guard, log_entries = await self._read(name)
+        log.info(
+            "loaded document %r (%d log entries) in %.1f ms",
+            name,
+            log_entries,
+            (time.perf_counter() - started) * 1000,
+        )
         room = Room(
             name,
             doc,
@@ -119,10 +153,11 @@ class RoomManager:
             metrics=self._metrics,
             compact_threshold=self._compact_threshold,
             guard=guard,
-            log_entries=max(len(updates) - 1, 0),
+            log_entries=log_entries,
             presence_limits=self._presence_limits,
             claims=self._claims,
             max_message_bytes=self._max_message_bytes,
+            reload=lambda: self._reread(name),
         )
         room.on_empty = self._schedule_unload
         self._rooms[name] = room
@@ -146,7 +181,7 @@ class RoomManager:
 
     def _start_unload(self, room: Room) -> None:
         self._unload_timers.pop(room.name, None)
-        if room.peers or room.closing or self._rooms.get(room.name) is not room:
+        if room.peers or room.holders or room.closing or self._rooms.get(room.name) is not room:
             return
         room.closing = True
         task = asyncio.ensure_future(self._unload(room))
@@ -168,6 +203,7 @@ class RoomManager:
         finally:
             if self._rooms.get(room.name) is room:
                 del self._rooms[room.name]
+                log.info("unloaded document %r", room.name)
             self._metrics.rooms.set(len(self._rooms))
 
     async def close(self) -> None:

@@ -25,16 +25,22 @@ from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = (
+    # The snapshot lives in its own table: SQLite rewrites a whole row on UPDATE, overflow
+    # pages included, so touching updated_at on a row that held a 10 MB snapshot copied 10 MB
+    # per append (cost per edit grew with the document: issue 14).
     """CREATE TABLE IF NOT EXISTS documents (
         name TEXT PRIMARY KEY,
-        snapshot BLOB,
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS snapshots (
+        name TEXT PRIMARY KEY,
+        data BLOB NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS updates (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -44,15 +50,13 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS updates_by_name ON updates (name)",
 )
 
-_TOUCH = """INSERT INTO documents (name, snapshot, created_at, updated_at)
-    VALUES (?, NULL, ?, ?)
+_TOUCH = """INSERT INTO documents (name, created_at, updated_at) VALUES (?, ?, ?)
     ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at"""
-_SET_SNAPSHOT = """INSERT INTO documents (name, snapshot, created_at, updated_at)
-    VALUES (?, ?, ?, ?)
-    ON CONFLICT (name) DO UPDATE SET
-        snapshot = excluded.snapshot, updated_at = excluded.updated_at"""
+_SET_SNAPSHOT = """INSERT INTO snapshots (name, data) VALUES (?, ?)
+    ON CONFLICT (name) DO UPDATE SET data = excluded.data"""
 _INFO = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
-        COALESCE(LENGTH(d.snapshot), 0) + COALESCE(SUM(LENGTH(u.data)), 0)
+        COALESCE((SELECT LENGTH(s.data) FROM snapshots AS s WHERE s.name = d.name), 0)
+        + COALESCE(SUM(LENGTH(u.data)), 0)
     FROM documents AS d LEFT JOIN updates AS u ON u.name = d.name
     {where} GROUP BY d.name ORDER BY d.name"""
 
@@ -268,12 +272,14 @@ class _Writer:
 
     def _compact(self, name: str, snapshot: bytes, now: float) -> None:
         # Ops run in call order, so every log row present now was appended before compact().
-        self._conn.execute(_SET_SNAPSHOT, (name, snapshot, now, now))
+        self._conn.execute(_TOUCH, (name, now, now))
+        self._conn.execute(_SET_SNAPSHOT, (name, snapshot))
         self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
         self._log_lengths[name] = 0
 
     def _delete(self, name: str) -> None:
         self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
+        self._conn.execute("DELETE FROM snapshots WHERE name = ?", (name,))
         self._conn.execute("DELETE FROM documents WHERE name = ?", (name,))
         self._log_lengths.pop(name, None)
 
@@ -346,12 +352,26 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             raise StorageError(f"{path}: schema version {version} is newer than {SCHEMA_VERSION}")
         for statement in _SCHEMA:
             conn.execute(statement)
+        if version < 2:
+            _move_snapshots_out_of_documents(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _move_snapshots_out_of_documents(conn: sqlite3.Connection) -> None:
+    """Schema 1 kept each snapshot in its documents row; move them to ``snapshots``."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(documents)")}
+    if "snapshot" not in columns:
+        return
+    conn.execute(
+        "INSERT OR REPLACE INTO snapshots (name, data)"
+        " SELECT name, snapshot FROM documents WHERE snapshot IS NOT NULL"
+    )
+    conn.execute("UPDATE documents SET snapshot = NULL WHERE snapshot IS NOT NULL")
 
 
 def _open_reader(path: Path) -> sqlite3.Connection:
@@ -373,7 +393,7 @@ def _snapshot_read(conn: sqlite3.Connection) -> Iterator[None]:
 
 def _load(conn: sqlite3.Connection, name: str) -> list[bytes]:
     with _snapshot_read(conn):
-        row = conn.execute("SELECT snapshot FROM documents WHERE name = ?", (name,)).fetchone()
+        row = conn.execute("SELECT data FROM snapshots WHERE name = ?", (name,)).fetchone()
         sql = "SELECT data FROM updates WHERE name = ? ORDER BY id"
         log = [data for (data,) in conn.execute(sql, (name,))]
     head = [] if row is None or row[0] is None else [row[0]]

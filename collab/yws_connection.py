@@ -24,6 +24,8 @@ from tether.protocol.yws import (
 from .auth import AuthError, Grant
 from .close_codes import TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
+from .grants import authenticate
+from .hooks import ConnectionInfo
 from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
 from .limits import refuse
@@ -39,13 +41,13 @@ KEEPALIVE_FRAME = b"\x01\x01\x00"
 YWS_SYNC_BYTE = write_var_uint(YWS_SYNC)
 
 
-def authorize(ctx: ServerContext, document: str, token: str) -> Grant:
+async def authorize(
+    ctx: ServerContext, document: str, token: str, connection: ConnectionInfo | None = None
+) -> Grant:
     """The grant for opening ``document`` with ``token``; raises AuthError."""
     if not valid_document_name(document):
         raise AuthError("invalid document name")
-    grant = ctx.authenticator.verify(token)
-    ctx.authenticator.check(grant, document)
-    return grant
+    return await authenticate(ctx, token, document, connection)
 
 
 class YwsConnection:

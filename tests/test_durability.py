@@ -34,7 +34,7 @@ def read_db(data_dir: Path, name: str) -> tuple[bytes | None, list[bytes]]:
     """(snapshot, log) of one document, read from a second connection (WAL allows it)."""
     uri = f"file:{data_dir / 'tether.db'}?mode=ro"
     with sqlite3.connect(uri, uri=True) as conn:
-        row = conn.execute("SELECT snapshot FROM documents WHERE name = ?", (name,)).fetchone()
+        row = conn.execute("SELECT data FROM snapshots WHERE name = ?", (name,)).fetchone()
         log = [
             r[0]
             for r in conn.execute("SELECT data FROM updates WHERE name = ? ORDER BY id", (name,))

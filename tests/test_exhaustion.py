@@ -175,7 +175,11 @@ async def test_a_reader_that_varies_its_state_vector_gets_one_answer_paced_by_it
             # Frames of one socket are handled in order: its presence reaching the bystander
             # means every step1 before it was handled.
             await b.wait(lambda: READER_CLIENT in b.awareness, 20, "the reader's presence")
-            assert await refusals(big, "repeated_step1") - before_step1 == REPEATS - 1
+            # All but the first are refused while an answer is under way; the kernel's send
+            # buffer (autotuned up to megabytes on loopback) may swallow a whole 3 MiB answer,
+            # ending that sync early, so a second one may start: at most a couple, never N.
+            refused = await refusals(big, "repeated_step1") - before_step1
+            assert REPEATS - 3 <= refused <= REPEATS - 1
             assert await refusals(big, "send_queue_bytes") == before_queue
             await still_editing(w, b, "after")
             assert not writer.closed and not watching.closed

@@ -363,3 +363,36 @@ def test_bad_settings_are_refused_up_front(db_path):
         SQLiteStore(db_path, synchronous="SOMETIMES")
     with pytest.raises(ValueError):
         SQLiteStore(db_path, max_batch=0)
+
+
+@pytest.mark.anyio
+async def test_a_schema_1_file_is_migrated_with_its_snapshots_and_logs(db_path):
+    """Schema 1 kept snapshots inside the documents row (every append's updated_at touch then
+    rewrote the whole snapshot); opening it moves them to their own table, losing nothing."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(
+            "CREATE TABLE documents (name TEXT PRIMARY KEY, snapshot BLOB,"
+            " created_at REAL NOT NULL, updated_at REAL NOT NULL)"
+        )
+        conn.execute(
+            "CREATE TABLE updates (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+            " data BLOB NOT NULL)"
+        )
+        conn.execute("INSERT INTO documents VALUES ('a', x'736e6170', 1.0, 2.0)")
+        conn.execute("INSERT INTO documents VALUES ('b', NULL, 1.0, 2.0)")
+        conn.execute("INSERT INTO updates (name, data) VALUES ('a', x'31'), ('b', x'32')")
+        conn.execute("PRAGMA user_version=1")
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            assert await store.load("a") == [b"snap", b"1"]
+            assert await store.load("b") == [b"2"]
+            info = await store.info("a")
+            assert info is not None and info.stored_bytes == len(b"snap1")
+            assert await store.append("a", b"3") == 2
+            await store.compact("a", b"new")
+        async with SQLiteStore(db_path) as store:
+            assert await store.load("a") == [b"new"]
+            with sqlite3.connect(db_path) as conn:
+                assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

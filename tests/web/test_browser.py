@@ -7,8 +7,10 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
+from tests.hostproc import REPO, HostProcess
 from tests.serverproc import ServerProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -250,3 +252,31 @@ def test_a_worker_crash_mid_suggestion_greys_the_ai_buttons_until_ai_is_back(
         assert all(re.match(r"AI unavailable: (?!AI)", title) for title in greyed), greyed
         expect(page.locator("[data-testid=ghost]")).to_have_count(0)
         page.context.close()
+
+
+def test_the_editor_works_mounted_under_a_prefix_in_a_fastapi_app(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """examples/fastapi_mount.py: pages at /collab/..., the bundle, /collab/ws and the index's
+    REST calls all under the prefix, in a real browser."""
+    pytest.importorskip("fastapi")
+    example = REPO / "examples" / "fastapi_mount.py"
+    with HostProcess(example, tmp_path, ready_path="/hello") as host:
+        pages = []
+        for _ in range(2):
+            context = browser.new_context(viewport={"width": 1000, "height": 520})
+            page = context.new_page()
+            page.goto(f"{host.http_url}/collab/d/mounted/doc")
+            expect(page.locator("body")).to_have_attribute("data-synced", "true", timeout=15000)
+            pages.append(page)
+        first, second = pages
+        type_at_end(first, "typed under /collab")
+        expect(second.locator(".cm-content")).to_contain_text("typed under /collab")
+        expect(first.locator("a.brand")).to_have_attribute("href", "/collab/")
+        reply = httpx.get(host.http_url + "/collab/api/documents/mounted/doc")
+        assert reply.json()["text"] == "typed under /collab"
+        index = first.context.new_page()
+        index.goto(f"{host.http_url}/collab/")
+        expect(index.locator('a[href="/collab/d/mounted/doc"]')).to_have_count(1, timeout=10000)
+        first.context.close()
+        second.context.close()

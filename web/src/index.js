@@ -1,7 +1,7 @@
 // tether's start page (/): the documents this token may open, and a box to open a new one.
 import "./common.css";
 import "./index.css";
-import { appRoot, config, currentToken, documentHref, h, rememberToken, signInBox, tokenClaims } from "./common.js";
+import { appRoot, at, config, currentToken, documentHref, h, rememberToken, signInBox, tokenClaims } from "./common.js";
 
 const cfg = config();
 const token = currentToken();
@@ -32,7 +32,7 @@ const signedIn = cfg.auth === "jwt" && token
           onclick: (e) => {
             e.preventDefault();
             rememberToken("");
-            location.replace("/");
+            location.replace(at("/"));
           },
         },
         "sign out",
@@ -41,7 +41,7 @@ const signedIn = cfg.auth === "jwt" && token
   : null;
 
 root.append(
-  h("header", { class: "topbar" }, h("a", { href: "/", class: "brand" }, "tether"), h("span", { class: "spacer" }), signedIn),
+  h("header", { class: "topbar" }, h("a", { href: at("/"), class: "brand" }, "tether"), h("span", { class: "spacer" }), signedIn),
   h(
     "main",
     { class: "index-main" },
@@ -88,7 +88,7 @@ function formatBytes(n) {
 async function load() {
   let response;
   try {
-    response = await fetch("/api/documents", {
+    response = await fetch(at("/api/documents"), {
       headers: token ? { Authorization: `Bearer ${token}` } : {},
     });
   } catch (err) {

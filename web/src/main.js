@@ -25,8 +25,10 @@ import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
 import { markdown } from "@codemirror/lang-markdown";
 import { yCollab, yUndoManagerKeymap } from "y-codemirror.next";
 import { guardPresence } from "./presence.js";
+import { fallbackSocketClass } from "./transport.js";
 import {
   appRoot,
+  at,
   config,
   currentToken,
   displayName,
@@ -73,7 +75,8 @@ let websocketProvider = null;
 let view = null;
 
 function documentNameFromPath(path) {
-  const match = /^\/d\/(.+)$/.exec(path);
+  const prefix = at("/d/");
+  const match = path.startsWith(prefix) ? [path, path.slice(prefix.length)] : null;
   if (!match) return "";
   try {
     return decodeURIComponent(match[1]);
@@ -110,7 +113,7 @@ root.append(
   h(
     "header",
     { class: "topbar" },
-    h("a", { href: "/", class: "brand", title: "all documents" }, "tether"),
+    h("a", { href: at("/"), class: "brand", title: "all documents" }, "tether"),
     h("span", { class: "docname", id: "tether-docname" }, documentName || "(no document)"),
     statusEl,
     pendingEl,
@@ -163,7 +166,7 @@ if (!documentName) {
 const ydoc = new Y.Doc();
 const ytext = ydoc.getText("content");
 websocketProvider = new HocuspocusProviderWebsocket({
-  url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + "/ws",
+  url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + at("/ws"),
   // Reconnect quickly after a server restart, never give up.
   // (@lifeomic/attempt refuses delay < minDelay: keep delay >= minDelay, all integers.)
   delay: 1000,
@@ -171,6 +174,8 @@ websocketProvider = new HocuspocusProviderWebsocket({
   factor: 1.5,
   maxDelay: 5000,
   maxAttempts: 0,
+  // A WebSocket, or the same frames over HTTP when proxies refuse or kill sockets.
+  WebSocketPolyfill: fallbackSocketClass({ token, onTransport: showTransport }),
 });
 websocketProvider.on("maxAttemptsFailed", ({ error }) => {
   console.error("tether: cannot connect", error);
@@ -193,8 +198,22 @@ let writable = false;
 
 function setConnection(state, label) {
   statusEl.className = `chip status-${state}`;
-  statusEl.textContent = label;
+  statusEl.textContent = state === "connected" && transport ? `${label} · ${TRANSPORT_NAMES[transport]}` : label;
+  statusEl.title = transport ? `transport: ${TRANSPORT_NAMES[transport]}` : "";
   document.body.dataset.connection = state;
+}
+
+// Which way the frames travel (transport.js): said in the status pill, so an editor behind a
+// proxy that blocks WebSockets knows why it is a little slower.
+const TRANSPORT_NAMES = { ws: "WebSocket", "http-stream": "HTTP stream", "http-poll": "HTTP polling" };
+let transport = null;
+
+function showTransport(kind) {
+  transport = kind;
+  document.body.dataset.transport = kind;
+  if (!refused && websocketProvider && websocketProvider.status === "connected") {
+    setConnection("connected", "connected");
+  }
 }
 
 websocketProvider.on("status", ({ status }) => {
@@ -267,7 +286,7 @@ function refuse(message, offerSignIn) {
     h("h2", {}, "No access"),
     h("p", { id: "tether-refusal-message" }, message),
     offerSignIn ? signInBox("Sign in with a token that allows this document.") : null,
-    h("p", {}, h("a", { href: "/" }, "All documents")),
+    h("p", {}, h("a", { href: at("/") }, "All documents")),
   );
   refusalEl.hidden = false;
   // Stop syncing (never send anything after a refusal), then drop the text from the page.
