@@ -33,6 +33,10 @@ _HELP = {
     " (CORS); their pages get no WebSocket access by this",
     "log_level": "debug, info, warning or error",
     "max_frame_bytes": "largest accepted WebSocket message",
+    "max_outgoing_message_bytes": "largest message the server sends: bigger documents and"
+    " updates are split to fit (one indivisible value larger than it goes alone)",
+    "initial_sync_piece_bytes": "piece size of a chunked initial sync (a document larger than"
+    " this reaches a client in pieces, paced by its socket)",
     "max_documents_per_connection": "documents one /ws connection may open",
     "max_queued_before_auth": "messages queued per document before its token is verified",
     "auth_timeout": "seconds a document may wait for its token before the connection closes",

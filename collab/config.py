@@ -35,7 +35,18 @@ class Settings:
     metrics_token: str = ""
     log_level: str = "info"
     max_frame_bytes: int = 16 * 1024 * 1024
-    max_documents_per_connection: int = 64
+    # The largest message the server sends (1 MiB: the message cap of common proxies). A
+    # document or update bigger than it goes out as several valid updates; only one value that
+    # cannot be cut (a binary blob, one huge JSON value) goes alone, over it.
+    max_outgoing_message_bytes: int = 1024 * 1024
+    # Initial syncs bigger than this are sent in pieces of this size, each after the socket
+    # has taken the one before (keepalives and other documents' traffic go between).
+    initial_sync_piece_bytes: int = 256 * 1024
+    # A sidebar of notes opens one provider per note on one socket: 256 covers the 200 the
+    # issue asks for. Past it only the extra documents are refused (PermissionDenied), never
+    # the socket. Per document a connection holds at most its presence (awareness_peer_bytes),
+    # its channel name (max_session_id_bytes + 2 KiB) and a few hundred bytes of state.
+    max_documents_per_connection: int = 256
     max_queued_before_auth: int = 256
     # Bytes a connection may have waiting for its tokens, and all connections together: a
     # provider sends Token first and we verify at once, so only a few small frames ever wait.
@@ -171,6 +182,11 @@ class Settings:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
         if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
             raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
+        if not 4096 <= self.initial_sync_piece_bytes <= self.max_outgoing_message_bytes:
+            raise ValueError(
+                "initial_sync_piece_bytes must be at least 4096 and at most"
+                " max_outgoing_message_bytes"
+            )
         if min(self.http_heartbeat, self.http_poll_timeout, self.http_session_timeout) <= 0:
             raise ValueError("http_heartbeat, http_poll_timeout, http_session_timeout must be > 0")
         if self.webhook_url and not self.webhook_url.startswith(("http://", "https://")):

@@ -63,6 +63,11 @@ class Metrics:
             buckets=_ACK_BUCKETS,
             registry=r,
         )
+        self.initial_sync_pieces = Counter(
+            "tether_initial_sync_pieces_total",
+            "Messages of chunked initial syncs (documents too big for one message)",
+            registry=r,
+        )
         self.compactions = Counter("tether_compactions_total", "Update logs folded", registry=r)
         self.reloads = Counter(
             "tether_document_reloads_total",

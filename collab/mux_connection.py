@@ -24,6 +24,7 @@ from tether.protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
+    ChannelRefused,
     Incoming,
     Reply,
     ServerSession,
@@ -36,7 +37,9 @@ from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
+from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .limits import refuse
 from .metrics import label_value
 from .outbox import Outbox
 from .peer import Peer
@@ -76,7 +79,10 @@ class MuxConnection:
             ctx.preauth_budget,
         )
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._attached: dict[str, tuple[Room, Peer]] = {}
+        # Limits this connection ran into and was logged for (collab.limits: once each).
+        self._refusals_logged: set[str] = set()
         self._grants: dict[str, Grant] = {}
         self._grant_of_channel: dict[str, Grant] = {}
         self._connected_at = time.monotonic()
@@ -134,6 +140,16 @@ class MuxConnection:
             await self._open(event)
         elif isinstance(event, ChannelClosed):
             self._detach(event.channel)
+        elif isinstance(event, ChannelRefused):
+            # Only that document is refused (its PermissionDenied is the Reply before this);
+            # the socket and its other documents carry on. Counted each time, logged once.
+            refuse(
+                self._ctx.metrics,
+                _LIMIT_SETTINGS.get(event.limit, event.limit),
+                self._refusals_logged,
+                "a /ws connection",
+                f"refused a document past {event.limit} ({event.channel[:64]!r})",
+            )
 
     def _dispatch(self, event: Incoming) -> None:
         attached = self._attached.get(event.channel)
@@ -191,6 +207,7 @@ class MuxConnection:
             return
         grant = self._grant_of_channel[event.channel]
         peer = Peer(self._outbox, grant, event.scope, event.channel)
+        peer.initial_sync = self._initial_sync
         room.attach(peer)
         self._attached[event.channel] = (room, peer)
 
@@ -202,6 +219,7 @@ class MuxConnection:
             room.detach(peer)
 
     def _detach_all(self) -> None:
+        self._initial_sync.close()
         detach_each([lambda c=channel: self._detach(c) for channel in list(self._attached)])
 
     async def _monitor(self) -> CloseConnection:
@@ -251,6 +269,12 @@ class MuxConnection:
                         self._outbox.put(event.frame)
                 self._detach(channel)
 
+
+# The session's limit names → the settings an operator raises.
+_LIMIT_SETTINGS = {
+    "max_documents": "max_documents_per_connection",
+    "max_frame_bytes": "max_frame_bytes",
+}
 
 _SESSION_LIMITS = (ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow)
 

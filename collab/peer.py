@@ -13,6 +13,7 @@ from tether.protocol.lib0 import write_var_string, write_var_uint
 from tether.protocol.messages import AWARENESS, STATELESS, SYNC, SyncStatus
 
 from .auth import Grant
+from .initial_sync import InitialSync
 from .outbox import Outbox
 
 _ids = itertools.count(1)
@@ -31,6 +32,8 @@ class Peer:
     refusals_logged: set[str] = field(default_factory=set)
     sync_header: bytes = b""
     awareness_header: bytes = b""
+    # The connection's chunked initial syncs (collab.initial_sync); None: one SyncStep2.
+    initial_sync: InitialSync | None = None
 
     def __post_init__(self) -> None:
         if self.channel is None:

@@ -43,8 +43,10 @@ class RoomManager:
         max_nesting_depth: int = 128,
         presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
+        max_message_bytes: int = 1024 * 1024,
     ) -> None:
         self._store = store
+        self._max_message_bytes = max_message_bytes
         self._presence_limits = presence_limits
         # One registry for all documents: a binding must outlive its document's unload.
         self._claims = claims or ClaimRegistry(3600.0, 65536, 256)
@@ -154,6 +156,7 @@ class RoomManager:
             log_entries=log_entries,
             presence_limits=self._presence_limits,
             claims=self._claims,
+            max_message_bytes=self._max_message_bytes,
             reload=lambda: self._reread(name),
         )
         room.on_empty = self._schedule_unload

@@ -256,6 +256,7 @@ class TetherServer:
             unload_grace=settings.unload_grace,
             compact_threshold=settings.compact_threshold,
             max_nesting_depth=settings.max_nesting_depth,
+            max_message_bytes=settings.max_outgoing_message_bytes,
             presence_limits=PresenceLimits(
                 ids_per_peer=settings.awareness_ids_per_peer,
                 entry_bytes=settings.awareness_entry_bytes,

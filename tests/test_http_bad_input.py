@@ -140,17 +140,19 @@ async def test_bad_frames_over_http_close_only_their_sessions(fuzz_server: Serve
     )
 
 
-async def test_a_frame_over_the_size_limit_closes_the_session_with_1009(
+async def test_an_update_over_the_limit_refuses_its_document_and_a_big_body_closes_with_1009(
     fuzz_server: ServerProcess,
 ) -> None:
+    """As on /ws: an editor's too-big change refuses only its document (closing would make a
+    provider send it again forever); a body past the transport's bound ends the session."""
     token = fuzz_server.token()
     with anyio.fail_after(15):
         async with await HttpMuxPeer.connect(fuzz_server.http_url, token) as peer:
             doc = await peer.open("http-big", token)
             update = doc.edit(lambda text: text.insert(0, "b" * (MAX_FRAME + 1)))
-            with pytest.raises(ConnectionClosed):
-                await peer.send(Sync("http-big", SyncUpdate(update)).encode())
-            assert await peer.wait_closed() == 1009
+            await peer.send(Sync("http-big", SyncUpdate(update)).encode())
+            await doc.wait(lambda: doc.denied is not None, what="the refusal")
+            assert doc.denied is not None and doc.denied.startswith("update too large")
         async with await HttpMuxPeer.connect(fuzz_server.http_url, token) as peer:
             await peer.open("http-big", token)
             too_long = b"\x00" * (MAX_FRAME + 128 * 1024)  # over the body bound
