@@ -14,6 +14,7 @@ from tether.protocol.lib0 import write_var_string, write_var_uint
 from tether.protocol.messages import AWARENESS, STATELESS, SYNC, SyncStatus
 
 from .auth import Grant
+from .initial_sync import InitialSync
 from .outbox import Outbox
 
 _ids = itertools.count(1)
@@ -35,6 +36,8 @@ class Peer:
     # Set by the connection: end this attachment with a reason the editor sees (the document
     # was deleted). None: the room just detaches the peer.
     revoke: Callable[[str], None] | None = None
+    # The connection's chunked initial syncs (collab.initial_sync); None: one SyncStep2.
+    initial_sync: InitialSync | None = None
 
     def __post_init__(self) -> None:
         if self.channel is None:

@@ -27,6 +27,7 @@ from tether.protocol.sync import (
     SyncUpdate,
 )
 from tether.protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_split import split_update
 
 from .hooks import Hooks
 from .limits import refuse
@@ -91,9 +92,19 @@ class _AckQueue:
 
     def flush(self) -> None:
         entries = self.entries
+        chunked = self.peer.initial_sync
+        if chunked is not None and chunked.holds(self.peer) and len(entries) <= _HELD_ACKS:
+            # Hocuspocus providers fire ``synced`` when their last change is acknowledged: an
+            # ack before the chunked initial sync ends would announce a document half loaded.
+            return
         while entries and entries[0][0]:
             _, applied = entries.popleft()
             self.peer.send_sync_status(bool(applied))
+
+
+# Acks held back during a chunked initial sync, at most (beyond, they flow: bounded memory
+# matters more than a ``synced`` event that comes early).
+_HELD_ACKS = 1024
 
 
 class Room:
@@ -110,9 +121,11 @@ class Room:
         log_entries: int = 0,
         presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
+        max_message_bytes: int = 1024 * 1024,
         reload: Reload | None = None,
     ) -> None:
         self.name = name
+        self._max_message_bytes = max_message_bytes
         self.doc = doc
         self.peers: set[Peer] = set()
         self.presence = Presence(name, metrics, presence_limits, claims)
@@ -175,6 +188,12 @@ class Room:
         if self.presence.entries:
             self.send_presence(peer)
 
+    def initial_sync_done(self, peer: Peer) -> None:
+        """The chunked initial sync of ``peer`` ended: release the acks it held back."""
+        acks = self._acks.get(peer)
+        if acks is not None:
+            acks.flush()
+
     def detach(self, peer: Peer) -> None:
         if peer not in self.peers:
             return
@@ -198,7 +217,8 @@ class Room:
             # The same question while its answer is still queued: that answer, plus the updates
             # broadcast after it, already tells the peer everything a second one would.
             tag = ("step2", _fingerprint(message.state_vector))
-            if peer.answer_pending(tag):
+            chunked = peer.initial_sync
+            if peer.answer_pending(tag) or (chunked is not None and chunked.holds(peer)):
                 self._refuse(peer, "repeated_step1", "step1 repeated while its answer is queued")
                 return
             if self._reloading is not None:
@@ -210,6 +230,9 @@ class Room:
                 diff = self.doc.get_update(message.state_vector)
             except Exception as exc:
                 raise InvalidUpdate("invalid state vector") from exc
+            if chunked is not None and len(diff) > chunked.piece_bytes:
+                chunked.start(self, peer, message.state_vector, diff)  # collab.initial_sync
+                return
             peer.send_answer(peer.sync_header + SyncStep2(diff).encode(), tag)
             return
         self.receive_update(peer, message.update)
@@ -271,7 +294,7 @@ class Room:
         self.guard.admit(scan, parents)
         self._resync_asked.discard(peer)
         self._metrics.updates.inc()
-        self._broadcast(SyncUpdate(update).encode(), exclude=peer, sync=True)
+        self._broadcast_update(update, exclude=peer)
         self._hooks.on_change(self, update, peer)
         entry = acks.push(done=False, applied=False)
         self._persist(update, acks, entry, received=time.perf_counter())
@@ -331,7 +354,7 @@ class Room:
         update = self.doc.get_update(before)
         scan = scan_update(update)
         self.guard.admit(scan, self.guard.check(scan))
-        self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
+        self._broadcast_update(update, exclude=None)
         self._hooks.on_change(self, update, origin)
         return self._persist(update, None, None, received=time.perf_counter())
 
@@ -393,7 +416,14 @@ class Room:
             return  # a snapshot now would bring the deleted document back
         self._compacting = True
         try:
-            await self._store.compact(self.name, self.doc.get_update())
+            snapshot = self.doc.get_update()
+            await self._store.compact(self.name, snapshot)
+            log.debug(
+                "compacted %r: %d log entries into %d bytes",
+                self.name,
+                self._log_entries,
+                len(snapshot),
+            )
             self._log_entries = 0
             self._metrics.compactions.inc()
         except StorageError:
@@ -440,6 +470,12 @@ class Room:
         )
 
     # ---- fan-out -----------------------------------------------------------------------------
+
+    def _broadcast_update(self, update: bytes, *, exclude: Peer | None) -> None:
+        """An update larger than the outgoing message cap goes out as several valid updates
+        (protocol.update_split), so no proxy with a message cap drops it."""
+        for piece in split_update(update, self._max_message_bytes):
+            self._broadcast(SyncUpdate(piece).encode(), exclude=exclude, sync=True)
 
     def _broadcast(self, body: bytes, *, exclude: Peer | None, sync: bool) -> None:
         """Encode the body once; each distinct header (channel name) is joined once."""

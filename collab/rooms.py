@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from pycrdt import Doc
@@ -42,8 +43,10 @@ class RoomManager:
         max_nesting_depth: int = 128,
         presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
+        max_message_bytes: int = 1024 * 1024,
     ) -> None:
         self._store = store
+        self._max_message_bytes = max_message_bytes
         self._presence_limits = presence_limits
         # One registry for all documents: a binding must outlive its document's unload.
         self._claims = claims or ClaimRegistry(3600.0, 65536, 256)
@@ -168,7 +171,14 @@ class RoomManager:
         return doc, guard
 
     async def _load(self, name: str) -> Room:
+        started = time.perf_counter()
         doc, guard, log_entries = await self._read(name)
+        log.info(
+            "loaded document %r (%d log entries) in %.1f ms",
+            name,
+            log_entries,
+            (time.perf_counter() - started) * 1000,
+        )
         room = Room(
             name,
             doc,
@@ -180,6 +190,7 @@ class RoomManager:
             log_entries=log_entries,
             presence_limits=self._presence_limits,
             claims=self._claims,
+            max_message_bytes=self._max_message_bytes,
             reload=lambda: self._reread(name),
         )
         room.on_empty = self._schedule_unload
@@ -226,6 +237,7 @@ class RoomManager:
         finally:
             if self._rooms.get(room.name) is room:
                 del self._rooms[room.name]
+                log.info("unloaded document %r", room.name)
             self._metrics.rooms.set(len(self._rooms))
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ import ipaddress
 import json
 import logging
 import secrets
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from urllib.parse import parse_qs
 from prometheus_client import ProcessCollector
 from pycrdt import Text
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -38,9 +41,10 @@ from .context import ServerContext, valid_document_name
 from .direct import TEXT_NAME, DirectConnection
 from .grants import authenticate
 from .hooks import AuthRequest, ConnectionInfo, Hooks
-from .metrics import Metrics
+from .http_transport import HttpTransport
+from .metrics import Metrics, label_value
 from .mux_connection import MuxConnection
-from .origins import OriginPolicy
+from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
 from .rest_documents import DocumentsApi
@@ -49,6 +53,7 @@ from .sqlite_store import SQLiteStore
 from .storage import Store
 from .version import VERSION
 from .web_extras import FAVICON_PATH, favicon, openapi
+from .webhooks import WebhookExtension
 from .yws_connection import YwsConnection
 from .yws_connection import authorize as authorize_yws
 
@@ -81,6 +86,22 @@ class _AsgiWebSocket:
     async def refuse(self, code: int, reason: str) -> None:
         """Close before accepting: the client sees the HTTP upgrade fail with 403."""
         await self._send({"type": "websocket.close", "code": code, "reason": reason})
+
+    async def deny(self, status: int, reason: str, scope: Scope) -> None:
+        """Refuse the upgrade with an HTTP status and a JSON body where the server supports
+        it (the ASGI websocket.http.response extension); a plain 403 otherwise."""
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await self.refuse(1008, reason)
+            return
+        body = json.dumps({"error": reason}).encode()
+        await self._send(
+            {
+                "type": "websocket.http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await self._send({"type": "websocket.http.response.body", "body": body})
 
     async def receive(self) -> bytes | None:
         message = await self._receive()
@@ -147,7 +168,12 @@ class TetherServer:
         self.addresses = ConnectionsPerAddress(settings.max_connections_per_address)
         self._crowded: set[str] = set()  # addresses logged for the limit (bounded likewise)
         self._said_not_started = False
-        self.http_app = Starlette(routes=self.routes(), lifespan=self._lifespan)
+        # The HTTP fallback for /ws (the same frames, connection logic, auth and limits).
+        self.http_transport = HttpTransport(settings, self.metrics, self._session_grant)
+        self.cors_origins = OriginPolicy.from_settings(settings.cors_origins, auth="jwt")
+        self.http_app = Starlette(
+            routes=self.routes(), lifespan=self._lifespan, middleware=_cors(self.cors_origins)
+        )
         self.asgi: ASGIApp = self  # the object is the ASGI app; the name reads well in mounts
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -175,14 +201,29 @@ class TetherServer:
             if engine is not None:
                 self.hooks.add(engine)
                 stack.callback(self.hooks.remove, engine)
+            if settings.webhook_url:
+                webhooks = WebhookExtension(
+                    settings.webhook_url,
+                    settings.webhook_secret,
+                    debounce=settings.webhook_debounce,
+                    max_wait=max(settings.webhook_debounce * 5, 1.0),
+                    events=tuple(settings.webhook_events.split(",")),
+                    metrics=self.metrics,
+                )
+                self.hooks.add(webhooks)
+                stack.push_async_callback(webhooks.aclose)
+                stack.callback(self.hooks.remove, webhooks)
+            budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
+            self.store, self.rooms, self.ai = backend, rooms, engine
+            self.context = ServerContext(
+                settings, self.authenticator, rooms, self.hooks, self.metrics, backend, budget
+            )
+            await stack.enter_async_context(self.http_transport.running(self.context))
         except BaseException:
+            self.context = None
+            self.store, self.rooms, self.ai = None, None, None
             await stack.aclose()
             raise
-        budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
-        self.store, self.rooms, self.ai = backend, rooms, engine
-        self.context = ServerContext(
-            settings, self.authenticator, rooms, self.hooks, self.metrics, backend, budget
-        )
         self._stack = stack
 
     async def stop(self) -> None:
@@ -217,6 +258,7 @@ class TetherServer:
             unload_grace=settings.unload_grace,
             compact_threshold=settings.compact_threshold,
             max_nesting_depth=settings.max_nesting_depth,
+            max_message_bytes=settings.max_outgoing_message_bytes,
             presence_limits=PresenceLimits(
                 ids_per_peer=settings.awareness_ids_per_peer,
                 entry_bytes=settings.awareness_entry_bytes,
@@ -267,6 +309,7 @@ class TetherServer:
             Route("/openapi.json", openapi),
             Route("/favicon.ico", favicon),
             Route(FAVICON_PATH, favicon),
+            *self.http_transport.routes(),
         ]
 
     async def health(self, request: Request) -> Response:
@@ -360,6 +403,12 @@ class TetherServer:
             media_type="text/event-stream",
         )
 
+    async def _session_grant(self, token: str, request: Request) -> Grant:
+        """An HTTP fallback session's token, checked as REST's are (hooks first)."""
+        address = request.client.host if request.client else "unknown"
+        info = _connection_info(request.scope, "http", route_path(request.scope), address)
+        return await authenticate(self.ctx, token, None, info, check=False)
+
     async def _bearer_grant(self, request: Request, document: str | None) -> Grant | None:
         """The grant of the request's bearer token (hooks first), or None: answer 401."""
         header = request.headers.get("authorization", "")
@@ -403,7 +452,7 @@ class TetherServer:
         try:
             grant = await authorize_yws(ctx, name, token, connection)
         except AuthError as exc:
-            ctx.metrics.auth_failures.labels(str(exc)).inc()
+            ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
             await ws.refuse(UNAUTHORIZED, str(exc))
             return
         await ws.accept()
@@ -422,12 +471,29 @@ class TetherServer:
             await self.websocket(scope, receive, send)
             return
         refusal = _origin_refusal(scope, self.origins)
+        if refusal is not None and self._cors_allows(scope):
+            refusal = None  # a listed site calling the REST API (CORS answers its preflight)
         if refusal is not None:
             self.metrics.origin_refusals.labels("http").inc()
             _log_refusal_once(self._refused_origins, scope, refusal)
             await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
             return
         await self.http_app(scope, receive, send)
+
+    def _cors_allows(self, scope: Scope) -> bool:
+        """A REST request from an origin listed in --cors-origins, to an allowed Host."""
+        if not self.cors_origins.allowed_origins or not route_path(scope).startswith("/api/"):
+            return False
+        headers = {
+            k.lower(): v for k, v in scope.get("headers", []) if k.lower() in _ORIGIN_HEADERS
+        }
+        origin = headers.get(b"origin")
+        if origin is None:
+            return False
+        normalised = normalise_origin(origin.decode("latin-1"))
+        host = headers.get(b"host")
+        host_ok = self.origins.refusal(host.decode("latin-1") if host else None, None) is None
+        return host_ok and normalised in self.cors_origins.allowed_origins
 
     async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Origin, per-address limit, then the endpoint by path."""
@@ -448,8 +514,10 @@ class TetherServer:
                 log.warning("refused a socket: too many open from %s", address)
             await ws.refuse(TRY_AGAIN_LATER, "too many connections from this address")
             return
+        opened = time.monotonic()
+        path = route_path(scope)
+        log.debug("socket opened from %s on %s", address, path)
         try:
-            path = route_path(scope)
             if path == "/ws":
                 connection = _connection_info(scope, "ws", path, address)
                 if await self._connected(ws, connection):
@@ -469,9 +537,12 @@ class TetherServer:
                     finally:
                         await self.hooks.on_disconnect(connection)
             else:
-                await ws.refuse(1008, "no such endpoint")
+                await ws.deny(404, "no such endpoint (tether's are /ws and /yjs/<document>)", scope)
         finally:
             self.addresses.leave(address)
+            log.debug(
+                "socket from %s on %s ended after %.1f s", address, path, time.monotonic() - opened
+            )
 
     async def _connected(self, ws: _AsgiWebSocket, connection: ConnectionInfo) -> bool:
         """The on_connect hooks; False (and refused: 403 on the upgrade) if one refused."""
@@ -598,6 +669,21 @@ class _RefusalLog:
 def _client_address(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0])[:64] if client else "unknown"
+
+
+def _cors(allowed: OriginPolicy) -> list[Middleware]:
+    """CORS for the listed origins only (none: no CORS headers at all, the browser default)."""
+    if not allowed.allowed_origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=sorted(allowed.allowed_origins),
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["authorization", "content-type"],
+            max_age=600,
+        )
+    ]
 
 
 def _origin_refusal(scope: Scope, origins: OriginPolicy) -> str | None:

@@ -11,7 +11,9 @@ import asyncio
 import logging
 import time
 
+from tether.protocol.lib0 import write_var_uint
 from tether.protocol.yws import (
+    YWS_SYNC,
     YAwareness,
     YPermissionDenied,
     YQueryAwareness,
@@ -24,7 +26,9 @@ from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
+from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .limits import refuse
 from .outbox import Outbox
 from .peer import Peer
 from .room import Room
@@ -34,6 +38,7 @@ log = logging.getLogger(__name__)
 # An awareness update with no entries: a no-op for the client that still proves we are alive
 # (y-websocket reconnects after 30 s without any message).
 KEEPALIVE_FRAME = b"\x01\x01\x00"
+YWS_SYNC_BYTE = write_var_uint(YWS_SYNC)
 
 
 async def authorize(
@@ -55,6 +60,7 @@ class YwsConnection:
         self._grant = grant
         s = ctx.settings
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._revoked = asyncio.Event()  # the room ended this socket's attachment (deleted)
         self._revoke_reason = ""
 
@@ -69,13 +75,14 @@ class YwsConnection:
             room = await self._ctx.rooms.acquire(self._document)
             peer = Peer(self._outbox, self._grant, self._grant.scope, None)
             peer.revoke = self._revoke
+            peer.initial_sync = self._initial_sync
             room.attach(peer)
             await run_connection(
                 receive_loop=self._receive_loop(room, peer),
                 monitor=self._monitor(),
                 outbox=self._outbox,
                 transport=self._transport,
-                detach=lambda: detach_each([lambda: room.detach(peer)]),
+                detach=lambda: detach_each([self._initial_sync.close, lambda: room.detach(peer)]),
                 metrics=metrics,
             )
         finally:
@@ -87,6 +94,9 @@ class YwsConnection:
             data = await self._transport.receive()
             if data is None:
                 return
+            if len(data) > limit and data[:1] == YWS_SYNC_BYTE:
+                self._refuse_upload(peer, len(data), limit)
+                continue
             message = decode_yws_frame(data, max_frame_bytes=limit)
             if isinstance(message, YSync):
                 room.handle_sync(peer, message.message)
@@ -96,6 +106,16 @@ class YwsConnection:
                 room.send_presence(peer)
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
+
+    def _refuse_upload(self, peer: Peer, size: int, limit: int) -> None:
+        """An editor's own change over ``max_frame_bytes`` (a paste). Closing would make
+        y-websocket reconnect and send it again, forever: instead the socket stays, the editor
+        is told (permission denied, which y-websocket reports) and is read-only from now on,
+        so later edits built on the refused one are not asked for again either."""
+        reason = f"update too large: {size} bytes, this server takes at most {limit}; read-only"
+        refuse(self._ctx.metrics, "max_frame_bytes", peer.refusals_logged, peer.label, reason)
+        peer.scope = "readonly"
+        peer.send(YPermissionDenied(reason).encode())
 
     async def _monitor(self) -> CloseConnection:
         """Keepalive frames, and the decisions to close: a reader that fell behind, a token that

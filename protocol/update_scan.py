@@ -150,6 +150,11 @@ def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
     )
 
 
+def skip_content(d: Decoder, kind: int) -> int:
+    """Reads past an item's content of ``kind``; its length in clock units."""
+    return _content(d, kind)
+
+
 def _string(text: str) -> tuple[int, tuple[int, ...]]:
     """A string's length in clock units (UTF-16 code units, as in JavaScript) and where its
     two-unit characters start."""
@@ -171,6 +176,8 @@ def _string(text: str) -> tuple[int, tuple[int, ...]]:
 
 def _content(d: Decoder, kind: int) -> int:
     """Skips the content and returns its length in clock units."""
+    if kind == STRING:
+        return _string(d.read_var_string())[0]
     if kind == DELETED:
         return d.read_var_uint()
     if kind == JSON:

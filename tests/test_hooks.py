@@ -97,7 +97,7 @@ async def test_on_load_seeds_a_template_once_and_editors_receive_it(host):
         assert str(doc) == "# Template\n"  # in the first sync: seeded before any editor
         doc.append("mine")
         await doc.wait_acked()
-        client.close_document("hooks/template-1")
+        await client.close_document("hooks/template-1")
     events_until(host, "unload hooks/template-1")
     async with TetherClient(host.ws("/t/ws"), token="db:alice") as client:
         doc = await client.open("hooks/template-1")

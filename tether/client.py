@@ -7,7 +7,16 @@ from tether.protocol.client import (
     ClientClosedError,
     DocumentHandle,
     PermissionDeniedError,
+    SuggestionFailedError,
     TetherClient,
 )
+from tether.protocol.connect_errors import ConnectionFailedError
 
-__all__ = ["ClientClosedError", "DocumentHandle", "PermissionDeniedError", "TetherClient"]
+__all__ = [
+    "ClientClosedError",
+    "ConnectionFailedError",
+    "DocumentHandle",
+    "PermissionDeniedError",
+    "SuggestionFailedError",
+    "TetherClient",
+]

@@ -25,6 +25,7 @@ import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
 import { markdown } from "@codemirror/lang-markdown";
 import { yCollab, yUndoManagerKeymap } from "y-codemirror.next";
 import { guardPresence } from "./presence.js";
+import { fallbackSocketClass } from "./transport.js";
 import {
   appRoot,
   at,
@@ -171,6 +172,8 @@ websocketProvider = new HocuspocusProviderWebsocket({
   factor: 1.5,
   maxDelay: 5000,
   maxAttempts: 0,
+  // A WebSocket, or the same frames over HTTP when proxies refuse or kill sockets.
+  WebSocketPolyfill: fallbackSocketClass({ token, onTransport: showTransport }),
 });
 websocketProvider.on("maxAttemptsFailed", ({ error }) => {
   console.error("tether: cannot connect", error);
@@ -193,8 +196,22 @@ let writable = false;
 
 function setConnection(state, label) {
   statusEl.className = `chip status-${state}`;
-  statusEl.textContent = label;
+  statusEl.textContent = state === "connected" && transport ? `${label} · ${TRANSPORT_NAMES[transport]}` : label;
+  statusEl.title = transport ? `transport: ${TRANSPORT_NAMES[transport]}` : "";
   document.body.dataset.connection = state;
+}
+
+// Which way the frames travel (transport.js): said in the status pill, so an editor behind a
+// proxy that blocks WebSockets knows why it is a little slower.
+const TRANSPORT_NAMES = { ws: "WebSocket", "http-stream": "HTTP stream", "http-poll": "HTTP polling" };
+let transport = null;
+
+function showTransport(kind) {
+  transport = kind;
+  document.body.dataset.transport = kind;
+  if (!refused && websocketProvider && websocketProvider.status === "connected") {
+    setConnection("connected", "connected");
+  }
 }
 
 websocketProvider.on("status", ({ status }) => {
