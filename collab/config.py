@@ -88,6 +88,9 @@ class Settings:
     # Shared types nested deeper than this are refused before they are applied or stored (yrs
     # deletes nested types recursively; ~50,000 levels overflow its stack). Editors nest < 30.
     max_nesting_depth: int = 128
+    # Named versions of one document (REST /api/versions): how many, and their bytes in all.
+    max_versions_per_document: int = 50
+    max_version_bytes_per_document: int = 64 * 1024 * 1024
     # AI suggestions: "local" (embedded SmolLM2 via llama.cpp), "openai" (any OpenAI-compatible
     # upstream), "none"; "scripted" is a fake for tests of the streaming mechanics only.
     ai_provider: str = "local"

@@ -207,6 +207,7 @@ class MuxConnection:
             return
         grant = self._grant_of_channel[event.channel]
         peer = Peer(self._outbox, grant, event.scope, event.channel)
+        peer.revoke = lambda reason, channel=event.channel: self._revoke(channel, reason)
         peer.initial_sync = self._initial_sync
         room.attach(peer)
         self._attached[event.channel] = (room, peer)
@@ -217,6 +218,13 @@ class MuxConnection:
         if attached is not None:
             room, peer = attached
             room.detach(peer)
+
+    def _revoke(self, channel: str, reason: str) -> None:
+        """The server ends this channel (its document was deleted): PermissionDenied, detach."""
+        for event in self._session.revoke(channel, reason):
+            if isinstance(event, Reply):
+                self._outbox.put(event.frame)
+        self._detach(channel)
 
     def _detach_all(self) -> None:
         self._initial_sync.close()

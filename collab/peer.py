@@ -7,6 +7,7 @@ nothing of rooms; the room hands it encoded bodies and it adds its own header.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tether.protocol.lib0 import write_var_string, write_var_uint
@@ -32,6 +33,9 @@ class Peer:
     refusals_logged: set[str] = field(default_factory=set)
     sync_header: bytes = b""
     awareness_header: bytes = b""
+    # Set by the connection: end this attachment with a reason the editor sees (the document
+    # was deleted). None: the room just detaches the peer.
+    revoke: Callable[[str], None] | None = None
     # The connection's chunked initial syncs (collab.initial_sync); None: one SyncStep2.
     initial_sync: InitialSync | None = None
 

@@ -155,6 +155,8 @@ class Room:
         self.on_empty: Callable[[Room], None] | None = None
         # Server-side direct connections holding the room loaded (RoomManager.hold).
         self.holders = 0
+        # The document was deleted (RoomManager.delete): nothing more is applied or stored.
+        self.deleted = False
 
     @property
     def log_entries(self) -> int:
@@ -344,7 +346,7 @@ class Room:
     def edit(self, change: Callable[[Doc], None], origin: object) -> asyncio.Future[int]:
         """An edit made by the server itself (e.g. an accepted AI suggestion), in one transaction
         with ``origin``: broadcast to every peer, stored; the future resolves once durable."""
-        if self._reloading is not None:
+        if self._reloading is not None or self.deleted:
             raise RoomClosed(self.name)  # an edit now would be lost with the doc it went into
         before = self.doc.get_state()
         with self.doc.transaction(origin=origin):
@@ -396,6 +398,7 @@ class Room:
             self._hooks.after_store(self, update)
         if (
             applied
+            and not self.deleted
             and self._log_entries >= self._compact_threshold
             and not self._compacting
             and self._reloading is None
@@ -409,6 +412,8 @@ class Room:
         """Fold the update log into one snapshot (the store does it atomically)."""
         if self._reloading is not None:
             await self._reloading  # the doc in memory may hold a refused update's remains
+        if self.deleted:
+            return  # a snapshot now would bring the deleted document back
         self._compacting = True
         try:
             snapshot = self.doc.get_update()

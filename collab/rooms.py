@@ -119,6 +119,40 @@ class RoomManager:
                 if not room.closing:
                     self._schedule_unload(room)
 
+    async def delete(self, name: str, reason: str) -> None:
+        """Forget ``name`` in memory and in the store: every attached peer is revoked with
+        ``reason``, and an opener arriving meanwhile waits, then loads a fresh empty document.
+        Registered as the name's unload, which is what ``acquire`` already waits for."""
+        while (pending := self._unloading.get(name)) is not None:  # a real unload: let it end
+            await asyncio.shield(pending)
+            self._forget_unloading(name, pending)
+        task = asyncio.ensure_future(self._delete(name, reason))
+        self._unloading[name] = task
+        task.add_done_callback(lambda t: self._forget_unloading(name, t))
+        await asyncio.shield(task)
+
+    async def _delete(self, name: str, reason: str) -> None:
+        room = self._rooms.get(name)
+        loading = self._loading.get(name)
+        if loading is not None:
+            try:
+                room = await asyncio.shield(loading)
+            except Exception:  # a quarantined document: deleting it is the way out
+                room = None
+        if room is not None:
+            room.closing = room.deleted = True
+            room.on_empty = None
+            self._cancel_unload_timer(name)
+            if self._rooms.get(name) is room:
+                del self._rooms[name]
+            self._metrics.rooms.set(len(self._rooms))
+            for peer in list(room.peers):
+                if peer.revoke is not None:
+                    peer.revoke(reason)
+                room.detach(peer)  # at once, whatever the connection does: no update lands
+        # Called after every append the room made (call order is store order): they all go.
+        await self._store.delete(name)
+
     def _forget_loading(self, name: str, future: asyncio.Future[Room]) -> None:
         if self._loading.get(name) is future:
             del self._loading[name]

@@ -47,10 +47,12 @@ from .mux_connection import MuxConnection
 from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
-from .rooms import DocumentQuarantined, RoomManager
+from .rest_documents import DocumentsApi
+from .rooms import RoomManager
 from .sqlite_store import SQLiteStore
 from .storage import Store
 from .version import VERSION
+from .web_extras import FAVICON_PATH, favicon, openapi
 from .webhooks import WebhookExtension
 from .yws_connection import YwsConnection
 from .yws_connection import authorize as authorize_yws
@@ -303,7 +305,10 @@ class TetherServer:
             Route("/metrics", self.metrics_endpoint),
             Route("/api/documents", self.list_documents),
             Route("/api/suggest", self.suggest_endpoint, methods=["POST"]),
-            Route("/api/documents/{name:path}", self.get_document),
+            *DocumentsApi(lambda: self.ctx, self._bearer_grant, lambda: self.ai).routes(),
+            Route("/openapi.json", openapi),
+            Route("/favicon.ico", favicon),
+            Route(FAVICON_PATH, favicon),
             *self.http_transport.routes(),
         ]
 
@@ -345,23 +350,6 @@ class TetherServer:
             if grant.allows(info.name)
         ]
         return JSONResponse({"documents": listed})
-
-    async def get_document(self, request: Request) -> Response:
-        name = request.path_params["name"]
-        grant = await self._bearer_grant(request, name)
-        if grant is None:
-            return _unauthorized()
-        if not valid_document_name(name):  # the rule /ws applies: no NUL, bounded length
-            return JSONResponse({"error": "invalid document name"}, status_code=400)
-        if not grant.allows(name):
-            return JSONResponse({"error": "document not allowed by token"}, status_code=403)
-        try:
-            async with self.ctx.rooms.visit(name) as room:
-                text = str(room.doc.get(TEXT_NAME, type=Text))
-                peers = len(room.peers)
-        except DocumentQuarantined as exc:
-            return JSONResponse({"error": str(exc)}, status_code=409)
-        return JSONResponse({"name": name, "text": text, "peers": peers})
 
     async def suggest_endpoint(self, request: Request) -> Response:
         settings, authenticator = self.settings, self.authenticator
@@ -820,6 +808,7 @@ def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str, base: st
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title>"
+        f'<link rel=icon type="image/svg+xml" href="{html.escape(base + FAVICON_PATH)}">'
         f'<link rel=stylesheet href="{static}.css"></head>'
         f'<body><div id="app"></div><script nonce="{nonce}">window.TETHER = {data};</script>'
         f'<script type=module src="{static}.js"></script></body></html>'

@@ -22,7 +22,7 @@ from tether.protocol.yws import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import TOKEN_EXPIRED
+from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
@@ -61,6 +61,12 @@ class YwsConnection:
         s = ctx.settings
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
+        self._revoked = asyncio.Event()  # the room ended this socket's attachment (deleted)
+        self._revoke_reason = ""
+
+    def _revoke(self, reason: str) -> None:
+        self._revoke_reason = reason
+        self._revoked.set()
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
@@ -68,6 +74,7 @@ class YwsConnection:
         try:
             room = await self._ctx.rooms.acquire(self._document)
             peer = Peer(self._outbox, self._grant, self._grant.scope, None)
+            peer.revoke = self._revoke
             peer.initial_sync = self._initial_sync
             room.attach(peer)
             await run_connection(
@@ -117,13 +124,18 @@ class YwsConnection:
         loop = asyncio.get_running_loop()
         next_keepalive = loop.time() + interval
         overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
+        revoked = asyncio.ensure_future(self._revoked.wait())
         try:
             while True:
                 wait = next_keepalive - loop.time()
                 expires_at = self._grant.expires_at
                 if expires_at is not None:
                     wait = min(wait, expires_at - time.time())
-                done, _ = await asyncio.wait({overflow}, timeout=max(0.0, wait))
+                done, _ = await asyncio.wait(
+                    {overflow, revoked}, timeout=max(0.0, wait), return_when=asyncio.FIRST_COMPLETED
+                )
+                if revoked in done:
+                    return CloseConnection(DOCUMENT_DELETED, self._revoke_reason)
                 if done:
                     return slow_consumer(self._ctx.metrics, self._outbox)
                 if self._grant.expired():
@@ -133,3 +145,4 @@ class YwsConnection:
                     next_keepalive = loop.time() + interval
         finally:
             overflow.cancel()
+            revoked.cancel()

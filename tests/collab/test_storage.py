@@ -53,6 +53,52 @@ async def test_appended_updates_load_back_in_order_and_appends_count_the_log(mak
 
 
 @pytest.mark.anyio
+async def test_versions_are_kept_per_document_in_order_and_go_with_the_document(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("doc", b"a")
+            first = await store.add_version("doc", "first", b"state-1")
+            second = await store.add_version("doc", "second", b"state-22")
+            other = await store.add_version("other", "theirs", b"x")
+            assert second.id > first.id
+            assert (second.name, second.label, second.size) == ("doc", "second", 8)
+            assert await store.list_versions("doc") == [first, second]
+            assert await store.load_version("doc", first.id) == b"state-1"
+            assert await store.load_version("doc", other.id) is None  # another document's
+            await store.delete("doc")
+            assert await store.list_versions("doc") == []
+            assert await store.load_version("doc", second.id) is None
+            assert await store.list_versions("other") == [other]
+
+
+@pytest.mark.anyio
+async def test_versions_survive_a_reopen(db_path: Path) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            saved = await store.add_version("doc", "kept", b"state")
+        async with SQLiteStore(db_path) as store:
+            assert await store.list_versions("doc") == [saved]
+            assert await store.load_version("doc", saved.id) == b"state"
+
+
+class _NoVersions(MemoryStore):
+    """A backend written before versions: it inherits the base class's refusals."""
+
+    add_version = Store.add_version
+    list_versions = Store.list_versions
+    load_version = Store.load_version
+
+
+@pytest.mark.anyio
+async def test_a_store_without_versions_refuses_them_with_storage_error() -> None:
+    async with _NoVersions() as store:
+        with pytest.raises(StorageError, match="keeps no versions"):
+            await store.add_version("doc", "l", b"s")
+        with pytest.raises(StorageError):
+            await store.list_versions("doc")
+
+
+@pytest.mark.anyio
 async def test_an_unknown_document_loads_empty_and_has_no_info(make_store):
     with anyio.fail_after(TIMEOUT):
         async with make_store() as store:

@@ -108,6 +108,28 @@ const presenceEl = h("ul", { id: "tether-presence", class: "presence" });
 const rewritePanel = h("div", { id: "tether-rewrite-panel", class: "rewrite-panel", hidden: true });
 const editorEl = h("section", { id: "tether-editor", class: "editor", "aria-label": "document" });
 const refusalEl = h("div", { id: "tether-refusal", class: "refusal", role: "alert", hidden: true });
+const sidebarEl = h(
+  "aside",
+  { class: "sidebar", id: "tether-sidebar" },
+  h("h2", {}, "Here now"),
+  presenceEl,
+  rewritePanel,
+  h(
+    "details",
+    { class: "help" },
+    h("summary", {}, "Shortcuts"),
+    h(
+      "ul",
+      {},
+      h("li", {}, h("kbd", {}, "Tab"), " accept the grey suggestion"),
+      h("li", {}, h("kbd", {}, "Esc"), " dismiss it"),
+      h("li", {}, h("kbd", {}, "Ctrl/Cmd+Space"), " ask for one now"),
+      h("li", {}, h("kbd", {}, "Ctrl/Cmd+Shift+R"), " rewrite the selection"),
+    ),
+  ),
+);
+// The editor and its sidebar: hidden as a whole on a refusal, so only the card shows.
+const layoutEl = h("main", { class: "layout", id: "tether-layout" }, editorEl, sidebarEl);
 
 root.append(
   h(
@@ -123,31 +145,7 @@ root.append(
     suggestButton,
     rewriteButton,
   ),
-  h(
-    "main",
-    { class: "layout" },
-    editorEl,
-    h(
-      "aside",
-      { class: "sidebar" },
-      h("h2", {}, "Here now"),
-      presenceEl,
-      rewritePanel,
-      h(
-        "details",
-        { class: "help" },
-        h("summary", {}, "Shortcuts"),
-        h(
-          "ul",
-          {},
-          h("li", {}, h("kbd", {}, "Tab"), " accept the grey suggestion"),
-          h("li", {}, h("kbd", {}, "Esc"), " dismiss it"),
-          h("li", {}, h("kbd", {}, "Ctrl/Cmd+Space"), " ask for one now"),
-          h("li", {}, h("kbd", {}, "Ctrl/Cmd+Shift+R"), " rewrite the selection"),
-        ),
-      ),
-    ),
-  ),
+  layoutEl,
   refusalEl,
 );
 document.title = `${documentName} · tether`;
@@ -272,6 +270,7 @@ function renderPending() {
 /** Refused: no document text on screen, the reason, and a way to sign in. */
 function refuse(message, offerSignIn) {
   refused = true;
+  layoutEl.hidden = true;
   editorEl.hidden = true;
   editorEl.replaceChildren();
   presenceEl.replaceChildren();
