@@ -68,6 +68,8 @@ class Acceptor:
                 where, insert = where + len(typed), insert[len(typed) :]
             if not insert:
                 raise BadRequest("the suggestion has been typed in full already")
+        if room.reloading:
+            raise BadRequest("the document is being reloaded; ask again")
         self.flights.by_peer.get(peer.peer_id, {}).pop(request_id, None)
         written = room.edit(
             lambda doc: _apply(doc, insert, suggestion.passage, current, where), origin=AI_ORIGIN

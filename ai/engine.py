@@ -155,6 +155,16 @@ class AiEngine:
             for flight in list(state.flights):
                 self.flights.end(flight, "cancelled")
 
+    def forget_document(self, name: str) -> int:
+        """``name`` was deleted: its flights end (none completes into the cache afterwards) and
+        every cache entry of its scope goes, so no layer can serve its text again. Returns the
+        number of cache entries dropped."""
+        state = self.flights.rooms.pop(name, None)
+        if state is not None:
+            for flight in list(state.flights):
+                self.flights.end(flight, "cancelled")
+        return self.cache.forget(name) if self.cache is not None else 0
+
     def stats(self) -> dict[str, int]:
         """Prefetch outcomes, counting answers computed ahead that the cache served later or
         dropped unused."""

@@ -33,7 +33,6 @@ async def run_generation(
             result = await stream_coalesced(pieces, emit, interval=interval)
     except TimeoutError as exc:
         raise ProviderTimeout("the model did not finish in time") from exc
-    metrics.warm_hits.set(provider.warm_hits())
     for before, after in zip(result.piece_times, result.piece_times[1:], strict=False):
         metrics.itl.labels(provider.name, path).observe(after - before)
     if result.first_piece_at is None or requested_at is None:

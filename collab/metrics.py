@@ -5,7 +5,32 @@ Knows nothing of rooms or sockets; they hold a ``Metrics`` and bump it.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import platform
+import re
+from importlib import metadata
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+from .version import VERSION
+
+# A "_created" series per counter doubles what every scrape carries and no dashboard reads it.
+disable_created_metrics()
+
+_NOT_IN_LABEL = re.compile(r"[^a-z0-9]+")
+
+
+def label_value(text: str) -> str:
+    """A label value from a human reason: "token expired" -> "token_expired" (no spaces or
+    punctuation, bounded), so queries need no quoting and values stay few."""
+    return _NOT_IN_LABEL.sub("_", text.lower()).strip("_")[:64] or "other"
+
 
 _ACK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -38,7 +63,17 @@ class Metrics:
             buckets=_ACK_BUCKETS,
             registry=r,
         )
+        self.initial_sync_pieces = Counter(
+            "tether_initial_sync_pieces_total",
+            "Messages of chunked initial syncs (documents too big for one message)",
+            registry=r,
+        )
         self.compactions = Counter("tether_compactions_total", "Update logs folded", registry=r)
+        self.reloads = Counter(
+            "tether_document_reloads_total",
+            "Documents rebuilt from storage after an update failed part-way through yrs",
+            registry=r,
+        )
         self.closes = Counter(
             "tether_connection_closes_total",
             "Connections closed by the server",
@@ -58,9 +93,30 @@ class Metrics:
             ["limit"],
             registry=r,
         )
+        self.webhooks = Counter(
+            "tether_webhook_deliveries_total",
+            "Webhook POSTs by outcome (delivered, retried, refused: 4xx, failed: out of attempts)",
+            ["outcome"],
+            registry=r,
+        )
         self.auth_failures = Counter(
             "tether_auth_failures_total", "Refused document opens", ["reason"], registry=r
         )
+        self.build_info = Gauge(
+            "tether_build_info",
+            "Always 1; the labels say which tether, Python and pycrdt are running",
+            ["version", "python", "pycrdt"],
+            registry=r,
+        )
+        self.build_info.labels(*build_labels()).set(1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def build_labels() -> tuple[str, str, str]:
+    try:
+        pycrdt = metadata.version("pycrdt")
+    except metadata.PackageNotFoundError:
+        pycrdt = "unknown"
+    return VERSION, platform.python_version(), pycrdt

@@ -24,6 +24,7 @@ from tether.protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
+    ChannelRefused,
     Incoming,
     Reply,
     ServerSession,
@@ -34,7 +35,12 @@ from tether.protocol.session import (
 from .auth import AuthError, Grant
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
 from .context import ServerContext, Transport, valid_document_name
+from .grants import authenticate
+from .hooks import ConnectionInfo
+from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .limits import refuse
+from .metrics import label_value
 from .outbox import Outbox
 from .peer import Peer
 from .room import Room
@@ -46,10 +52,22 @@ _GRANT_CACHE_SIZE = 4
 
 
 class MuxConnection:
-    def __init__(self, transport: Transport, ctx: ServerContext) -> None:
+    def __init__(
+        self,
+        transport: Transport,
+        ctx: ServerContext,
+        connection: ConnectionInfo | None = None,
+        *,
+        endpoint: str = "ws",
+    ) -> None:
         s = ctx.settings
+        self._endpoint = endpoint
+        self._auth_refusals_logged: set[str] = (
+            set()
+        )  # the metrics label: "ws", or "http" for the HTTP fallback
         self._transport = transport
         self._ctx = ctx
+        self._connection = connection  # what on_authenticate hooks see of this socket
         self._session = ServerSession(
             SessionLimits(
                 max_frame_bytes=s.max_frame_bytes,
@@ -61,7 +79,10 @@ class MuxConnection:
             ctx.preauth_budget,
         )
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._attached: dict[str, tuple[Room, Peer]] = {}
+        # Limits this connection ran into and was logged for (collab.limits: once each).
+        self._refusals_logged: set[str] = set()
         self._grants: dict[str, Grant] = {}
         self._grant_of_channel: dict[str, Grant] = {}
         self._connected_at = time.monotonic()
@@ -72,7 +93,7 @@ class MuxConnection:
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
-        metrics.connections.labels("ws").inc()
+        metrics.connections.labels(self._endpoint).inc()
         try:
             await run_connection(
                 receive_loop=self._receive_loop(),
@@ -84,7 +105,7 @@ class MuxConnection:
             )
         finally:
             self._session.close()  # gives its pre-auth bytes back to the shared budget
-            metrics.connections.labels("ws").dec()
+            metrics.connections.labels(self._endpoint).dec()
 
     async def _receive_loop(self) -> None:
         receive = self._transport.receive
@@ -99,7 +120,7 @@ class MuxConnection:
                 events = session.receive(data, now)
             except _SESSION_LIMITS as exc:
                 self._ctx.metrics.limit_refusals.labels(_limit_of(exc)).inc()
-                log.warning("closing a /ws connection: %s", exc)  # it ends: once per peer
+                log.warning("closing a %s connection: %s", self._endpoint, exc)  # once per peer
                 raise
             for event in events:
                 await self._handle(event)
@@ -113,12 +134,22 @@ class MuxConnection:
         elif isinstance(event, Reply):
             self._outbox.put(event.frame)
         elif isinstance(event, AuthRequested):
-            for follow_up in self._authenticate(event):
+            for follow_up in await self._authenticate(event):
                 await self._handle(follow_up)
         elif isinstance(event, ChannelOpened):
             await self._open(event)
         elif isinstance(event, ChannelClosed):
             self._detach(event.channel)
+        elif isinstance(event, ChannelRefused):
+            # Only that document is refused (its PermissionDenied is the Reply before this);
+            # the socket and its other documents carry on. Counted each time, logged once.
+            refuse(
+                self._ctx.metrics,
+                _LIMIT_SETTINGS.get(event.limit, event.limit),
+                self._refusals_logged,
+                "a /ws connection",
+                f"refused a document past {event.limit} ({event.channel[:64]!r})",
+            )
 
     def _dispatch(self, event: Incoming) -> None:
         attached = self._attached.get(event.channel)
@@ -133,20 +164,31 @@ class MuxConnection:
         elif isinstance(message, QueryAwareness):
             room.send_presence(peer)
 
-    def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
+    async def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
         auth = self._ctx.authenticator
         if not valid_document_name(event.document):
             return self._session.deny(event.channel, "invalid document name")
         try:
-            grant = self._grants.get(event.token)
-            if grant is None:
-                grant = auth.verify(event.token)
-                if len(self._grants) >= _GRANT_CACHE_SIZE:
-                    self._grants.clear()
-                self._grants[event.token] = grant
-            auth.check(grant, event.document)
+            if self._ctx.hooks.has("on_authenticate"):  # per document: the host decides
+                grant = await authenticate(self._ctx, event.token, event.document, self._connection)
+            else:
+                grant = self._grants.get(event.token)
+                if grant is None:
+                    grant = auth.verify(event.token)
+                    if len(self._grants) >= _GRANT_CACHE_SIZE:
+                        self._grants.clear()
+                    self._grants[event.token] = grant
+                auth.check(grant, event.document)
         except AuthError as exc:
-            self._ctx.metrics.auth_failures.labels(str(exc)).inc()
+            self._ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
+            if str(exc) not in self._auth_refusals_logged and len(self._auth_refusals_logged) < 8:
+                self._auth_refusals_logged.add(str(exc))  # once per reason and connection
+                log.info(
+                    "refused document %r on a %s connection: %s",
+                    event.document,
+                    self._endpoint,
+                    exc,
+                )
             return self._session.deny(event.channel, str(exc))
         self._grant_of_channel[event.channel] = grant
         attached = self._attached.get(event.channel)
@@ -165,6 +207,8 @@ class MuxConnection:
             return
         grant = self._grant_of_channel[event.channel]
         peer = Peer(self._outbox, grant, event.scope, event.channel)
+        peer.revoke = lambda reason, channel=event.channel: self._revoke(channel, reason)
+        peer.initial_sync = self._initial_sync
         room.attach(peer)
         self._attached[event.channel] = (room, peer)
 
@@ -175,7 +219,15 @@ class MuxConnection:
             room, peer = attached
             room.detach(peer)
 
+    def _revoke(self, channel: str, reason: str) -> None:
+        """The server ends this channel (its document was deleted): PermissionDenied, detach."""
+        for event in self._session.revoke(channel, reason):
+            if isinstance(event, Reply):
+                self._outbox.put(event.frame)
+        self._detach(channel)
+
     def _detach_all(self) -> None:
+        self._initial_sync.close()
         detach_each([lambda c=channel: self._detach(c) for channel in list(self._attached)])
 
     async def _monitor(self) -> CloseConnection:
@@ -225,6 +277,12 @@ class MuxConnection:
                         self._outbox.put(event.frame)
                 self._detach(channel)
 
+
+# The session's limit names → the settings an operator raises.
+_LIMIT_SETTINGS = {
+    "max_documents": "max_documents_per_connection",
+    "max_frame_bytes": "max_frame_bytes",
+}
 
 _SESSION_LIMITS = (ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow)
 

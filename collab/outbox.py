@@ -39,6 +39,7 @@ class Outbox:
         self._closed = False
         self._empty = asyncio.Event()
         self._empty.set()
+        self._gone = asyncio.Event()  # closed: nothing more will be sent
         self.overflowed = asyncio.Event()
         # Which bound overflowed: "send_queue_frames" or "send_queue_bytes".
         self.overflow_limit = ""
@@ -79,12 +80,14 @@ class Outbox:
     def close(self) -> None:
         self._closed = True
         self._ready.set()
+        self._gone.set()
 
     def __len__(self) -> int:
         return len(self._frames)
 
     def _overflow(self, limit: str) -> None:
         self._closed = True
+        self._gone.set()
         self.overflow_limit = limit
         self._frames.clear()  # released now, not when the peer finally goes
         self._tag_of.clear()
@@ -117,6 +120,19 @@ class Outbox:
             self._empty.set()
             if self._closed:
                 return
+
+    async def wait_sent(self) -> None:
+        """Until every queued frame has reached the socket, or the queue is closed (a sender
+        pacing itself by the socket must not wait forever on a connection that ended)."""
+        if self._closed or self._empty.is_set():
+            return
+        empty = asyncio.ensure_future(self._empty.wait())
+        gone = asyncio.ensure_future(self._gone.wait())
+        try:
+            await asyncio.wait({empty, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            empty.cancel()
+            gone.cancel()
 
     async def flush(self, timeout: float) -> None:
         """Best effort: wait until the queue is empty (used before a polite close)."""

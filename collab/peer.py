@@ -7,12 +7,14 @@ nothing of rooms; the room hands it encoded bodies and it adds its own header.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tether.protocol.lib0 import write_var_string, write_var_uint
 from tether.protocol.messages import AWARENESS, STATELESS, SYNC, SyncStatus
 
 from .auth import Grant
+from .initial_sync import InitialSync
 from .outbox import Outbox
 
 _ids = itertools.count(1)
@@ -31,6 +33,11 @@ class Peer:
     refusals_logged: set[str] = field(default_factory=set)
     sync_header: bytes = b""
     awareness_header: bytes = b""
+    # Set by the connection: end this attachment with a reason the editor sees (the document
+    # was deleted). None: the room just detaches the peer.
+    revoke: Callable[[str], None] | None = None
+    # The connection's chunked initial syncs (collab.initial_sync); None: one SyncStep2.
+    initial_sync: InitialSync | None = None
 
     def __post_init__(self) -> None:
         if self.channel is None:

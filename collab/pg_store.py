@@ -36,7 +36,7 @@ from typing import Any, Literal, Self
 
 import asyncpg
 
-from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store
+from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +96,14 @@ _SCHEMA = (
         data BYTEA NOT NULL,
         PRIMARY KEY (name, seq)
     )""",
+    """CREATE TABLE IF NOT EXISTS tether_versions (
+        id BIGSERIAL PRIMARY KEY,
+        name TEXT NOT NULL,
+        label TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        data BYTEA NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS tether_versions_by_name ON tether_versions (name, id)",
     _APPEND_FUNCTION,
 )
 
@@ -407,6 +415,49 @@ class PostgresStore(Store):
 
         return await self._read(query)
 
+    # Versions run in their own transaction when awaited, outside the group-commit queue: a
+    # version saved after an append that is still queued does not wait for it (a version is a
+    # full state the caller read from its document, so it does not need the log behind it).
+    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+        data = bytes(state)
+
+        async def query(conn: asyncpg.Connection) -> VersionInfo:
+            now = time.time()
+            version = await conn.fetchval(
+                "INSERT INTO tether_versions (name, label, created_at, data)"
+                " VALUES ($1, $2, $3, $4) RETURNING id",
+                name,
+                label,
+                now,
+                data,
+            )
+            return VersionInfo(int(version), name, label, now, len(data))
+
+        return self._read(query)
+
+    async def list_versions(self, name: str) -> list[VersionInfo]:
+        async def query(conn: asyncpg.Connection) -> list[VersionInfo]:
+            rows = await conn.fetch(
+                "SELECT id, name, label, created_at, LENGTH(data) AS size FROM tether_versions"
+                " WHERE name = $1 ORDER BY id",
+                name,
+            )
+            return [
+                VersionInfo(r["id"], r["name"], r["label"], r["created_at"], r["size"])
+                for r in rows
+            ]
+
+        return await self._read(query)
+
+    async def load_version(self, name: str, version: int) -> bytes | None:
+        async def query(conn: asyncpg.Connection) -> bytes | None:
+            data = await conn.fetchval(
+                "SELECT data FROM tether_versions WHERE name = $1 AND id = $2", name, version
+            )
+            return None if data is None else bytes(data)
+
+        return await self._read(query)
+
     async def ping(self) -> bool:
         try:
             await self._read(lambda conn: conn.fetchval("SELECT 1"))
@@ -569,6 +620,7 @@ async def _run_batch(
             if op.kind == "compact":
                 await _compact(conn, op, row, now)
             else:
+                await conn.execute("DELETE FROM tether_versions WHERE name = $1", op.name)
                 await conn.execute("DELETE FROM tether_updates WHERE name = $1", op.name)
                 await conn.execute("DELETE FROM tether_documents WHERE name = $1", op.name)
                 rows[op.name] = _Row(0, 0, 0, 0, deleted=True)

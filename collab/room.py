@@ -13,7 +13,7 @@ import collections
 import hashlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pycrdt import Doc
@@ -29,6 +29,7 @@ from tether.protocol.sync import (
     encode_awareness,
 )
 from tether.protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_split import split_update
 
 from .hooks import Hooks
 from .limits import refuse
@@ -43,6 +44,7 @@ from .update_guard import (
     MissingDependencies,
     UpdateGuard,
     UpdateRefused,
+    check_applied_origin_order,
     check_origin_order,
 )
 
@@ -55,6 +57,10 @@ class InvalidUpdate(Exception):
 
 class RoomClosed(Exception):
     """The room is unloading; reacquire it from the manager."""
+
+
+# Reads the document back from storage, through a fresh guard: what a reload starts from.
+Reload = Callable[[], Awaitable[tuple[Doc, UpdateGuard]]]
 
 
 def apply_update(doc: Doc, update: bytes, origin: object) -> None:
@@ -88,9 +94,19 @@ class _AckQueue:
 
     def flush(self) -> None:
         entries = self.entries
+        chunked = self.peer.initial_sync
+        if chunked is not None and chunked.holds(self.peer) and len(entries) <= _HELD_ACKS:
+            # Hocuspocus providers fire ``synced`` when their last change is acknowledged: an
+            # ack before the chunked initial sync ends would announce a document half loaded.
+            return
         while entries and entries[0][0]:
             _, applied = entries.popleft()
             self.peer.send_sync_status(bool(applied))
+
+
+# Acks held back during a chunked initial sync, at most (beyond, they flow: bounded memory
+# matters more than a ``synced`` event that comes early).
+_HELD_ACKS = 1024
 
 
 class Room:
@@ -107,8 +123,11 @@ class Room:
         log_entries: int = 0,
         presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
+        max_message_bytes: int = 1024 * 1024,
+        reload: Reload | None = None,
     ) -> None:
         self.name = name
+        self._max_message_bytes = max_message_bytes
         self.doc = doc
         self.peers: set[Peer] = set()
         self.presence = Presence(name, metrics, presence_limits, claims)
@@ -119,6 +138,7 @@ class Room:
         self._log_entries = log_entries
         self._acks: dict[Peer, _AckQueue] = {}
         self._pending_writes: set[asyncio.Future[Any]] = set()
+        self._pending_appends: set[asyncio.Future[int]] = set()  # the updates among those
         self._compacting = False
         # The guard must have seen everything in ``doc`` (RoomManager loads through it).
         self.guard = guard or UpdateGuard(DEFAULT_MAX_NESTING_DEPTH)
@@ -126,15 +146,36 @@ class Room:
         self._refusals_logged: set[tuple[int, str]] = set()
         # peers already asked to resend from our state vector since their last accepted update
         self._resync_asked: set[Peer] = set()
+        # While the document is rebuilt from storage (an update failed part-way through yrs):
+        # the task, the peers whose updates were turned away meanwhile (asked to resend after),
+        # and each peer's latest unanswered state vector (one per peer: bounded by the frame cap).
+        self._reload = reload
+        self._reloading: asyncio.Future[None] | None = None
+        self._resend_after_reload: set[Peer] = set()
+        self._step1_after_reload: dict[Peer, bytes] = {}
         self.closing = False
         self.on_empty: Callable[[Room], None] | None = None
         # Scale-out (collab.cluster): presence bodies to relay to other nodes, and theirs.
         self.on_presence: Callable[[bytes], None] | None = None
         self.remote_presence: Callable[[], list[AwarenessEntry]] | None = None
+        # Server-side direct connections holding the room loaded (RoomManager.hold).
+        self.holders = 0
+        # The document was deleted (RoomManager.delete): nothing more is applied or stored.
+        self.deleted = False
 
     @property
     def log_entries(self) -> int:
         return self._log_entries
+
+    @property
+    def reloading(self) -> bool:
+        """The in-memory document is being rebuilt from storage; it must not be read."""
+        return self._reloading is not None
+
+    async def reloaded(self) -> None:
+        """Returns once no rebuild from storage is under way."""
+        while self._reloading is not None:
+            await asyncio.shield(self._reloading)
 
     @property
     def awareness(self) -> dict[int, AwarenessEntry]:
@@ -152,12 +193,20 @@ class Room:
         if self.presence.entries or (self.remote_presence and self.remote_presence()):
             self.send_presence(peer)
 
+    def initial_sync_done(self, peer: Peer) -> None:
+        """The chunked initial sync of ``peer`` ended: release the acks it held back."""
+        acks = self._acks.get(peer)
+        if acks is not None:
+            acks.flush()
+
     def detach(self, peer: Peer) -> None:
         if peer not in self.peers:
             return
         self.peers.discard(peer)
         self._acks.pop(peer, None)
         self._resync_asked.discard(peer)
+        self._resend_after_reload.discard(peer)
+        self._step1_after_reload.pop(peer, None)
         self._refusals_logged = {k for k in self._refusals_logged if k[0] != peer.peer_id}
         try:
             self._remove_presence(peer)
@@ -173,13 +222,22 @@ class Room:
             # The same question while its answer is still queued: that answer, plus the updates
             # broadcast after it, already tells the peer everything a second one would.
             tag = ("step2", _fingerprint(message.state_vector))
-            if peer.answer_pending(tag):
+            chunked = peer.initial_sync
+            if peer.answer_pending(tag) or (chunked is not None and chunked.holds(peer)):
                 self._refuse(peer, "repeated_step1", "step1 repeated while its answer is queued")
+                return
+            if self._reloading is not None:
+                self._step1_after_reload[peer] = (
+                    message.state_vector
+                )  # answered from the rebuilt doc
                 return
             try:
                 diff = self.doc.get_update(message.state_vector)
             except Exception as exc:
                 raise InvalidUpdate("invalid state vector") from exc
+            if chunked is not None and len(diff) > chunked.piece_bytes:
+                chunked.start(self, peer, message.state_vector, diff)  # collab.initial_sync
+                return
             peer.send_answer(peer.sync_header + SyncStep2(diff).encode(), tag)
             return
         self.receive_update(peer, message.update)
@@ -195,10 +253,15 @@ class Room:
             self._metrics.rejected_updates.inc()
             acks.push(done=True, applied=False)
             return
+        if self._reloading is not None:
+            # Not applied (the doc is being replaced); the peer resends once it is back.
+            acks.push(done=True, applied=False)
+            self._resend_after_reload.add(peer)
+            return
         try:
             scan = scan_update(update)
             parents = self.guard.check(scan)
-            check_origin_order(self.doc, scan, self.guard)
+            applied_pairs = check_origin_order(self.doc, scan, self.guard)
         except MalformedUpdate as exc:
             self._refuse_update(peer, "malformed", str(exc))
             raise InvalidUpdate(str(exc)) from exc
@@ -215,11 +278,28 @@ class Room:
         except UpdateRefused as exc:
             self._refuse_update(peer, exc.limit, str(exc))
             raise InvalidUpdate(str(exc)) from exc
-        apply_update(self.doc, update, origin=peer)
+        try:
+            apply_update(self.doc, update, origin=peer)
+        except InvalidUpdate as exc:
+            # yrs failed part-way through an update the guard passed, and it does not roll
+            # back: part of it may be in the doc. Nothing of it was broadcast or stored, so the
+            # store holds exactly what everyone else has; rebuild the doc from there.
+            self._refuse_update(peer, "apply_failed", str(exc))
+            self._start_reload()
+            raise
+        if applied_pairs:
+            try:
+                check_applied_origin_order(self.doc, applied_pairs)
+            except UpdateRefused as exc:
+                # Applied but not yet broadcast or stored: the store still holds what everyone
+                # else has, so the doc is rebuilt from there, as after a failed apply.
+                self._refuse_update(peer, exc.limit, str(exc))
+                self._start_reload()
+                raise InvalidUpdate(str(exc)) from exc
         self.guard.admit(scan, parents)
         self._resync_asked.discard(peer)
         self._metrics.updates.inc()
-        self._broadcast(SyncUpdate(update).encode(), exclude=peer, sync=True)
+        self._broadcast_update(update, exclude=peer)
         self._hooks.on_change(self, update, peer)
         entry = acks.push(done=False, applied=False)
         self._persist(update, acks, entry, received=time.perf_counter())
@@ -231,16 +311,55 @@ class Room:
             self._refusals_logged.add(key)
             log.warning("refused an update of %r from peer %d: %s", self.name, peer.peer_id, reason)
 
+    def _start_reload(self) -> None:
+        if self._reloading is not None:
+            return
+        log.error(
+            "document %r may hold part of a refused update; rebuilding it from storage", self.name
+        )
+        self._reloading = asyncio.ensure_future(self._reload_from_store())
+        # flush() waits for it, so an unload or shutdown compacts the rebuilt doc, never this one.
+        self._pending_writes.add(self._reloading)
+        self._reloading.add_done_callback(self._pending_writes.discard)
+
+    async def _reload_from_store(self) -> None:
+        try:
+            # Every update applied before the failure must be in the store first (a compaction
+            # meanwhile waits for us, so only the appends are waited for here).
+            while self._pending_appends:
+                await asyncio.gather(*list(self._pending_appends), return_exceptions=True)
+            if self._reload is None:
+                raise RuntimeError("this room has no storage to reload from")
+            self.doc, self.guard = await self._reload()
+            self._metrics.reloads.inc()
+        except Exception:
+            # Keep serving what we have rather than nothing; the log says why.
+            log.exception("rebuilding %r from storage failed", self.name)
+        finally:
+            self._reloading = None
+        for peer in [p for p in self._resend_after_reload if p in self.peers]:
+            peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
+        self._resend_after_reload.clear()
+        asked, self._step1_after_reload = self._step1_after_reload, {}
+        for peer, state_vector in asked.items():
+            if peer in self.peers:
+                try:
+                    self.handle_sync(peer, SyncStep1(state_vector))
+                except InvalidUpdate:
+                    pass  # a malformed state vector: that peer gets no answer, as it would not
+
     def edit(self, change: Callable[[Doc], None], origin: object) -> asyncio.Future[int]:
         """An edit made by the server itself (e.g. an accepted AI suggestion), in one transaction
         with ``origin``: broadcast to every peer, stored; the future resolves once durable."""
+        if self._reloading is not None or self.deleted:
+            raise RoomClosed(self.name)  # an edit now would be lost with the doc it went into
         before = self.doc.get_state()
         with self.doc.transaction(origin=origin):
             change(self.doc)
         update = self.doc.get_update(before)
         scan = scan_update(update)
         self.guard.admit(scan, self.guard.check(scan))
-        self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
+        self._broadcast_update(update, exclude=None)
         self._hooks.on_change(self, update, origin)
         return self._persist(update, None, None, received=time.perf_counter())
 
@@ -255,7 +374,9 @@ class Room:
         # a done-callback (not a task per update) keeps the hot path cheap.
         write = self._store.append_future(self.name, update)
         self._pending_writes.add(write)
-        write.add_done_callback(lambda done: self._stored(done, acks, entry, received))
+        self._pending_appends.add(write)
+        write.add_done_callback(lambda done: self._stored(done, acks, entry, received, update))
+        self._hooks.on_store(self, update)
         return write
 
     def _stored(
@@ -264,8 +385,10 @@ class Room:
         acks: _AckQueue | None,
         entry: list[object] | None,
         received: float,
+        update: bytes,
     ) -> None:
         self._pending_writes.discard(write)
+        self._pending_appends.discard(write)
         error = write.exception()
         applied = error is None
         if error is not None:
@@ -276,7 +399,15 @@ class Room:
             entry[0], entry[1] = True, applied
             acks.flush()
             self._metrics.ack_seconds.observe(time.perf_counter() - received)
-        if applied and self._log_entries >= self._compact_threshold and not self._compacting:
+        if applied:
+            self._hooks.after_store(self, update)
+        if (
+            applied
+            and not self.deleted
+            and self._log_entries >= self._compact_threshold
+            and not self._compacting
+            and self._reloading is None
+        ):
             self._compacting = True
             task = asyncio.ensure_future(self.compact())
             self._pending_writes.add(task)
@@ -284,9 +415,20 @@ class Room:
 
     async def compact(self) -> None:
         """Fold the update log into one snapshot (the store does it atomically)."""
+        if self._reloading is not None:
+            await self._reloading  # the doc in memory may hold a refused update's remains
+        if self.deleted:
+            return  # a snapshot now would bring the deleted document back
         self._compacting = True
         try:
-            await self._store.compact(self.name, self.doc.get_update())
+            snapshot = self.doc.get_update()
+            await self._store.compact(self.name, snapshot)
+            log.debug(
+                "compacted %r: %d log entries into %d bytes",
+                self.name,
+                self._log_entries,
+                len(snapshot),
+            )
             self._log_entries = 0
             self._metrics.compactions.inc()
         except StorageError:
@@ -369,6 +511,12 @@ class Room:
         )
 
     # ---- fan-out -----------------------------------------------------------------------------
+
+    def _broadcast_update(self, update: bytes, *, exclude: Peer | None) -> None:
+        """An update larger than the outgoing message cap goes out as several valid updates
+        (protocol.update_split), so no proxy with a message cap drops it."""
+        for piece in split_update(update, self._max_message_bytes):
+            self._broadcast(SyncUpdate(piece).encode(), exclude=exclude, sync=True)
 
     def _broadcast(self, body: bytes, *, exclude: Peer | None, sync: bool) -> None:
         """Encode the body once; each distinct header (channel name) is joined once."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 
 from pycrdt import Doc
@@ -42,8 +43,10 @@ class RoomManager:
         max_nesting_depth: int = 128,
         presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
+        max_message_bytes: int = 1024 * 1024,
     ) -> None:
         self._store = store
+        self._max_message_bytes = max_message_bytes
         self._presence_limits = presence_limits
         # One registry for all documents: a binding must outlive its document's unload.
         self._claims = claims or ClaimRegistry(3600.0, 65536, 256)
@@ -74,6 +77,9 @@ class RoomManager:
                     del self._unloading[name]
                 continue
             room = self._rooms.get(name)
+            if room is not None and room.reloading:
+                await room.reloaded()  # nobody new reads or joins a doc being rebuilt
+                continue
             if room is not None and not room.closing:
                 self._cancel_unload_timer(name)
                 return room
@@ -99,16 +105,80 @@ class RoomManager:
             if not room.peers and not room.closing and self._rooms.get(name) is room:
                 self._schedule_unload(room)
 
+    @contextlib.asynccontextmanager
+    async def hold(self, name: str) -> AsyncIterator[Room]:
+        """The loaded room, kept loaded until the block ends even if every editor leaves (a
+        server-side direct connection); then it unloads like an emptied room."""
+        room = await self.acquire(name)
+        room.holders += 1
+        try:
+            yield room
+        finally:
+            room.holders -= 1
+            if not room.holders and not room.peers and self._rooms.get(name) is room:
+                if not room.closing:
+                    self._schedule_unload(room)
+
+    async def delete(self, name: str, reason: str) -> None:
+        """Forget ``name`` in memory and in the store: every attached peer is revoked with
+        ``reason``, and an opener arriving meanwhile waits, then loads a fresh empty document.
+        Registered as the name's unload, which is what ``acquire`` already waits for."""
+        while (pending := self._unloading.get(name)) is not None:  # a real unload: let it end
+            await asyncio.shield(pending)
+            self._forget_unloading(name, pending)
+        task = asyncio.ensure_future(self._delete(name, reason))
+        self._unloading[name] = task
+        task.add_done_callback(lambda t: self._forget_unloading(name, t))
+        await asyncio.shield(task)
+
+    async def _delete(self, name: str, reason: str) -> None:
+        room = self._rooms.get(name)
+        loading = self._loading.get(name)
+        if loading is not None:
+            try:
+                room = await asyncio.shield(loading)
+            except Exception:  # a quarantined document: deleting it is the way out
+                room = None
+        if room is not None:
+            room.closing = room.deleted = True
+            room.on_empty = None
+            self._cancel_unload_timer(name)
+            if self._rooms.get(name) is room:
+                del self._rooms[name]
+            self._metrics.rooms.set(len(self._rooms))
+            for peer in list(room.peers):
+                if peer.revoke is not None:
+                    peer.revoke(reason)
+                room.detach(peer)  # at once, whatever the connection does: no update lands
+        # Called after every append the room made (call order is store order): they all go.
+        await self._store.delete(name)
+
     def _forget_loading(self, name: str, future: asyncio.Future[Room]) -> None:
         if self._loading.get(name) is future:
             del self._loading[name]
 
-    async def _load(self, name: str) -> Room:
+    async def _read(self, name: str) -> tuple[Doc, UpdateGuard, int]:
+        """The stored document, through a fresh guard, and how many log entries it has."""
         updates = await self._store.load(name)
         doc = Doc()
         guard = UpdateGuard(self._max_nesting_depth)
         for update in updates:
             _load_stored(name, doc, guard, update)
+        return doc, guard, max(len(updates) - 1, 0)
+
+    async def _reread(self, name: str) -> tuple[Doc, UpdateGuard]:
+        doc, guard, _ = await self._read(name)
+        return doc, guard
+
+    async def _load(self, name: str) -> Room:
+        started = time.perf_counter()
+        doc, guard, log_entries = await self._read(name)
+        log.info(
+            "loaded document %r (%d log entries) in %.1f ms",
+            name,
+            log_entries,
+            (time.perf_counter() - started) * 1000,
+        )
         room = Room(
             name,
             doc,
@@ -117,9 +187,11 @@ class RoomManager:
             metrics=self._metrics,
             compact_threshold=self._compact_threshold,
             guard=guard,
-            log_entries=max(len(updates) - 1, 0),
+            log_entries=log_entries,
             presence_limits=self._presence_limits,
             claims=self._claims,
+            max_message_bytes=self._max_message_bytes,
+            reload=lambda: self._reread(name),
         )
         room.on_empty = self._schedule_unload
         self._rooms[name] = room
@@ -143,7 +215,7 @@ class RoomManager:
 
     def _start_unload(self, room: Room) -> None:
         self._unload_timers.pop(room.name, None)
-        if room.peers or room.closing or self._rooms.get(room.name) is not room:
+        if room.peers or room.holders or room.closing or self._rooms.get(room.name) is not room:
             return
         room.closing = True
         task = asyncio.ensure_future(self._unload(room))
@@ -165,6 +237,7 @@ class RoomManager:
         finally:
             if self._rooms.get(room.name) is room:
                 del self._rooms[room.name]
+                log.info("unloaded document %r", room.name)
             self._metrics.rooms.set(len(self._rooms))
 
     async def close(self) -> None:

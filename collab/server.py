@@ -12,7 +12,8 @@ import ipaddress
 import json
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -20,6 +21,8 @@ from urllib.parse import parse_qs
 from prometheus_client import ProcessCollector
 from pycrdt import Text
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
@@ -36,20 +39,26 @@ from .close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
 from .cluster import Cluster, build_store
 from .config import Settings
 from .context import ServerContext, valid_document_name
-from .hooks import Hooks
-from .metrics import Metrics
+from .direct import TEXT_NAME, DirectConnection
+from .grants import authenticate
+from .hooks import AuthRequest, ConnectionInfo, Hooks
+from .http_transport import HttpTransport
+from .metrics import Metrics, label_value
 from .mux_connection import MuxConnection
-from .origins import OriginPolicy
+from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
-from .rooms import DocumentQuarantined, RoomManager
+from .rest_documents import DocumentsApi
+from .rooms import RoomManager
 from .storage import Store
+from .version import VERSION
+from .web_extras import FAVICON_PATH, favicon, openapi
+from .webhooks import WebhookExtension
 from .yws_connection import YwsConnection
 from .yws_connection import authorize as authorize_yws
 
 log = logging.getLogger("tether")
 
-TEXT_NAME = "content"  # the shared Y.Text every tether editor binds to
 WEB_DIST = Path(__file__).resolve().parent.parent / "web" / "dist"  # the committed bundle
 
 
@@ -78,6 +87,22 @@ class _AsgiWebSocket:
         """Close before accepting: the client sees the HTTP upgrade fail with 403."""
         await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
+    async def deny(self, status: int, reason: str, scope: Scope) -> None:
+        """Refuse the upgrade with an HTTP status and a JSON body where the server supports
+        it (the ASGI websocket.http.response extension); a plain 403 otherwise."""
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await self.refuse(1008, reason)
+            return
+        body = json.dumps({"error": reason}).encode()
+        await self._send(
+            {
+                "type": "websocket.http.response.start",
+                "status": status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await self._send({"type": "websocket.http.response.body", "body": body})
+
     async def receive(self) -> bytes | None:
         message = await self._receive()
         if message["type"] == "websocket.disconnect":
@@ -94,102 +119,238 @@ class _AsgiWebSocket:
         await self._send({"type": "websocket.close", "code": code, "reason": reason})
 
 
-def create_app(
-    settings: Settings, *, store: Store | None = None, extensions: list[Any] | None = None
-) -> ASGIApp:
-    settings.validate()
-    hooks = Hooks(extensions)
-    metrics = Metrics()
-    ProcessCollector(registry=metrics.registry)
-    authenticator = Authenticator(settings.auth, settings.jwt_secret)
-    holder: dict[str, Any] = {}
+class TetherServer:
+    """The tether server as an object a host app can hold: settings, store, rooms, the AI
+    engine, metrics and hooks are named parts, and ``asgi`` is the ASGI app.
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    ``tether serve`` runs it under uvicorn (``create_app``); a host mounts ``server.asgi`` (or
+    ``server`` itself, it is ASGI too) under any prefix and starts and stops it from its own
+    lifespan::
+
+        server = TetherServer(Settings(auth="none", data_dir="data"))
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app):
+            async with server:  # start() ... stop()
+                yield
+
+        app = FastAPI(lifespan=lifespan)
+        app.mount("/collab", server.asgi)
+
+    The parts that exist only while running (``store``, ``rooms``, ``ai``, ``context``) are
+    None before ``start()`` and after ``stop()``.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        extensions: list[Any] | None = None,
+        authenticate: AuthCallback | None = None,
+    ) -> None:
+        settings.validate()
+        self.settings = settings
+        self.hooks = Hooks(extensions)
+        if authenticate is not None:  # before the extensions: the host's own check decides
+            self.hooks.extensions.insert(0, _AuthenticateHook(authenticate))
+        self.metrics = Metrics()
+        ProcessCollector(registry=self.metrics.registry)
+        self.authenticator = Authenticator(settings.auth, settings.jwt_secret)
+        self.store: Store | None = None
+        self.rooms: RoomManager | None = None
+        self.ai: Any = None  # ai.engine.AiEngine when suggestions are on
+        self.context: ServerContext | None = None
+        self.cluster: Cluster | None = None
+        self._given_store = store
+        self._stack: contextlib.AsyncExitStack | None = None
+        self.origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
+        self._refused_origins: set[str] = set()  # logged once each (bounded)
+        self.addresses = ConnectionsPerAddress(settings.max_connections_per_address)
+        self._crowded: set[str] = set()  # addresses logged for the limit (bounded likewise)
+        self._said_not_started = False
+        # The HTTP fallback for /ws (the same frames, connection logic, auth and limits).
+        self.http_transport = HttpTransport(settings, self.metrics, self._session_grant)
+        self.cors_origins = OriginPolicy.from_settings(settings.cors_origins, auth="jwt")
+        self.http_app = Starlette(
+            routes=self.routes(), lifespan=self._lifespan, middleware=_cors(self.cors_origins)
+        )
+        self.asgi: ASGIApp = self  # the object is the ASGI app; the name reads well in mounts
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the store, the room manager and the AI engine (its model loads behind)."""
+        if self._stack is not None:
+            raise RuntimeError("this TetherServer is already started")
+        settings = self.settings
         if settings.auth == "none":
             log.warning(
                 "AUTH IS OFF (--auth none): anyone who reaches this port "
                 "can read and edit every document"
             )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
-        async with contextlib.AsyncExitStack() as stack:
-            backend = await stack.enter_async_context(store or build_store(settings, metrics))
-            rooms = RoomManager(
-                backend,
-                hooks=hooks,
-                metrics=metrics,
-                unload_grace=settings.unload_grace,
-                compact_threshold=settings.compact_threshold,
-                max_nesting_depth=settings.max_nesting_depth,
-                presence_limits=PresenceLimits(
-                    ids_per_peer=settings.awareness_ids_per_peer,
-                    entry_bytes=settings.awareness_entry_bytes,
-                    peer_bytes=settings.awareness_peer_bytes,
-                    document_bytes=settings.awareness_document_bytes,
-                ),
-                claims=ClaimRegistry(
-                    settings.presence_claim_ttl,
-                    settings.presence_claims,
-                    settings.presence_claims_per_subject,
-                ),
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            backend = await stack.enter_async_context(
+                self._given_store or build_store(settings, self.metrics)
             )
+            rooms = self._room_manager(backend)
             stack.push_async_callback(rooms.close)
-            cluster = await stack.enter_async_context(Cluster(settings, backend, rooms, metrics))
-            hooks.add(cluster)
-            holder["cluster"] = cluster
-            engine = await _start_ai(settings, stack, metrics)
-            if engine is not None:
-                hooks.add(engine)
-            budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
-            holder["ctx"] = ServerContext(
-                settings, authenticator, rooms, hooks, metrics, backend, budget
+            # Scale-out (--bus): fan-out across nodes and backfill; a no-op on one node.
+            self.cluster = await stack.enter_async_context(
+                Cluster(settings, backend, rooms, self.metrics)
             )
-            holder["ai"] = engine
-            app.state.ctx = holder["ctx"]
+            self.hooks.add(self.cluster)
+            stack.callback(self.hooks.remove, self.cluster)
+            engine = await _start_ai(settings, stack, self.metrics)
+            if engine is not None:
+                self.hooks.add(engine)
+                stack.callback(self.hooks.remove, engine)
+            if settings.webhook_url:
+                webhooks = WebhookExtension(
+                    settings.webhook_url,
+                    settings.webhook_secret,
+                    debounce=settings.webhook_debounce,
+                    max_wait=max(settings.webhook_debounce * 5, 1.0),
+                    events=tuple(settings.webhook_events.split(",")),
+                    metrics=self.metrics,
+                )
+                self.hooks.add(webhooks)
+                stack.push_async_callback(webhooks.aclose)
+                stack.callback(self.hooks.remove, webhooks)
+            budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
+            self.store, self.rooms, self.ai = backend, rooms, engine
+            self.context = ServerContext(
+                settings, self.authenticator, rooms, self.hooks, self.metrics, backend, budget
+            )
+            await stack.enter_async_context(self.http_transport.running(self.context))
+        except BaseException:
+            self.context = None
+            self.store, self.rooms, self.ai = None, None, None
+            await stack.aclose()
+            raise
+        self._stack = stack
+
+    async def stop(self) -> None:
+        """Persist every loaded document and close the store and the AI engine."""
+        stack, self._stack = self._stack, None
+        self.context = None
+        try:
+            if stack is not None:
+                await stack.aclose()
+        finally:
+            self.store, self.rooms, self.ai, self.cluster = None, None, None, None
+
+    async def __aenter__(self) -> TetherServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        async with self:
+            app.state.ctx = self.context
             yield
 
-    async def ws_endpoint(ws: _AsgiWebSocket) -> None:
-        await ws.accept()
-        await MuxConnection(ws, holder["ctx"]).run()
+    def _room_manager(self, backend: Store) -> RoomManager:
+        settings = self.settings
+        return RoomManager(
+            backend,
+            hooks=self.hooks,
+            metrics=self.metrics,
+            unload_grace=settings.unload_grace,
+            compact_threshold=settings.compact_threshold,
+            max_nesting_depth=settings.max_nesting_depth,
+            max_message_bytes=settings.max_outgoing_message_bytes,
+            presence_limits=PresenceLimits(
+                ids_per_peer=settings.awareness_ids_per_peer,
+                entry_bytes=settings.awareness_entry_bytes,
+                peer_bytes=settings.awareness_peer_bytes,
+                document_bytes=settings.awareness_document_bytes,
+            ),
+            claims=ClaimRegistry(
+                settings.presence_claim_ttl,
+                settings.presence_claims,
+                settings.presence_claims_per_subject,
+            ),
+        )
 
-    async def yjs_endpoint(ws: _AsgiWebSocket, name: str, query: str) -> None:
-        ctx = holder["ctx"]
-        token = parse_qs(query).get("token", [""])[0]
-        try:
-            grant = authorize_yws(ctx, name, token)
-        except AuthError as exc:
-            ctx.metrics.auth_failures.labels(str(exc)).inc()
-            await ws.refuse(UNAUTHORIZED, str(exc))
-            return
-        await ws.accept()
-        await YwsConnection(ws, ctx, name, grant).run()
+    @contextlib.asynccontextmanager
+    async def open_document(
+        self, name: str, *, origin: object = "host"
+    ) -> AsyncIterator[DirectConnection]:
+        """A server-side connection to ``name`` (see ``collab.direct``): the document stays
+        loaded until the block ends; edits carry ``origin`` and are durable when they return."""
+        if not valid_document_name(name):
+            raise ValueError("invalid document name")
+        async with self.ctx.rooms.hold(name) as room:
+            connection = DirectConnection(room, origin)
+            try:
+                yield connection
+            finally:
+                connection.closed = True
 
-    async def health(request: Request) -> Response:
-        ctx = holder["ctx"]
-        engine = holder.get("ai")
+    @property
+    def ctx(self) -> ServerContext:
+        """The running server's context; raises ``NotStarted`` before ``start()``."""
+        if self.context is None:
+            raise NotStarted(NOT_STARTED)
+        return self.context
+
+    # ---- HTTP routes ---------------------------------------------------------------------------
+
+    def routes(self) -> list[Route | Mount]:
+        return [
+            Route("/", self.index),
+            Route("/d/{name:path}", self.editor),
+            _static_route(),
+            Route("/health", self.health),
+            Route("/metrics", self.metrics_endpoint),
+            Route("/api/documents", self.list_documents),
+            Route("/api/suggest", self.suggest_endpoint, methods=["POST"]),
+            *DocumentsApi(lambda: self.ctx, self._bearer_grant, lambda: self.ai).routes(),
+            Route("/openapi.json", openapi),
+            Route("/favicon.ico", favicon),
+            Route(FAVICON_PATH, favicon),
+            *self.http_transport.routes(),
+        ]
+
+    async def health(self, request: Request) -> Response:
+        ctx = self.ctx
+        engine = self.ai
         if engine is not None and engine.status is not None:
             ai = engine.status.current.health()
         else:
             ai = {"state": "off", "reason": "AI suggestions are off (--ai-provider none)"}
-        body = {"status": "ok", "documents_loaded": len(ctx.rooms.rooms), "ai": ai}
-        body.update(await holder["cluster"].health())  # node, database, bus
-        if body["database"]["state"] != "ok":
-            body["status"] = "degraded"  # edits wait, unacked, until the database returns
+        body = {
+            "status": "ok",
+            "version": VERSION,
+            "documents_loaded": len(ctx.rooms.rooms),
+            "ai": ai,
+        }
+        if self.cluster is not None:
+            body.update(await self.cluster.health())  # node, database, bus
+            if body["database"]["state"] != "ok":
+                body["status"] = "degraded"  # edits wait, unacked, until the database returns
         return JSONResponse(body)
 
-    async def metrics_endpoint(request: Request) -> Response:
-        refusal = _metrics_refusal(request, settings.metrics_token)
+    async def metrics_endpoint(self, request: Request) -> Response:
+        refusal = _metrics_refusal(request, self.settings.metrics_token)
         if refusal is not None:
-            metrics.limit_refusals.labels("metrics_access").inc()
+            self.metrics.limit_refusals.labels("metrics_access").inc()
             status, reason = refusal
             return JSONResponse({"error": reason}, status_code=status)
-        return Response(metrics.render(), media_type="text/plain; version=0.0.4")
+        return Response(self.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    async def list_documents(request: Request) -> Response:
-        grant = _bearer_grant(request, authenticator)
+    async def list_documents(self, request: Request) -> Response:
+        grant = await self._bearer_grant(request, None)
         if grant is None:
             return _unauthorized()
-        ctx = holder["ctx"]
+        ctx = self.ctx
         infos = await ctx.store.list_documents()
         listed = [
             {
@@ -204,28 +365,13 @@ def create_app(
         ]
         return JSONResponse({"documents": listed})
 
-    async def get_document(request: Request) -> Response:
-        grant = _bearer_grant(request, authenticator)
-        name = request.path_params["name"]
+    async def suggest_endpoint(self, request: Request) -> Response:
+        settings, authenticator = self.settings, self.authenticator
+        grant = await self._bearer_grant(request, None)
         if grant is None:
             return _unauthorized()
-        if not valid_document_name(name):  # the rule /ws applies: no NUL, bounded length
-            return JSONResponse({"error": "invalid document name"}, status_code=400)
-        if not grant.allows(name):
-            return JSONResponse({"error": "document not allowed by token"}, status_code=403)
-        try:
-            async with holder["ctx"].rooms.visit(name) as room:
-                text = str(room.doc.get(TEXT_NAME, type=Text))
-                peers = len(room.peers)
-        except DocumentQuarantined as exc:
-            return JSONResponse({"error": str(exc)}, status_code=409)
-        return JSONResponse({"name": name, "text": text, "peers": peers})
-
-    async def suggest_endpoint(request: Request) -> Response:
-        grant = _bearer_grant(request, authenticator)
-        if grant is None:
-            return _unauthorized()
-        engine = holder.get("ai")
+        rooms = self.ctx.rooms
+        engine = self.ai
         if engine is None:
             return JSONResponse({"error": "AI suggestions are off on this server"}, status_code=503)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -260,7 +406,7 @@ def create_app(
         owner = ("http", request.client.host if request.client else "")
         subject = None if settings.auth == "none" else "sub:" + grant.subject
         if uploaded is None:
-            async with holder["ctx"].rooms.visit(document) as room:
+            async with rooms.visit(document) as room:
                 text = str(room.doc.get(TEXT_NAME, type=Text))
             session = f"{document}\0http:{grant.subject}"
             cold = bool(body.get("baseline"))
@@ -271,76 +417,217 @@ def create_app(
             media_type="text/event-stream",
         )
 
-    async def index(request: Request) -> Response:
-        return _page("tether", "index", {"auth": settings.auth})
+    async def _session_grant(self, token: str, request: Request) -> Grant:
+        """An HTTP fallback session's token, checked as REST's are (hooks first)."""
+        address = request.client.host if request.client else "unknown"
+        info = _connection_info(request.scope, "http", route_path(request.scope), address)
+        return await authenticate(self.ctx, token, None, info, check=False)
 
-    async def editor(request: Request) -> Response:
+    async def _bearer_grant(self, request: Request, document: str | None) -> Grant | None:
+        """The grant of the request's bearer token (hooks first), or None: answer 401."""
+        header = request.headers.get("authorization", "")
+        token = header[7:] if header.lower().startswith("bearer ") else ""
+        address = request.client.host if request.client else "unknown"
+        info = _connection_info(request.scope, "http", route_path(request.scope), address)
+        try:
+            return await authenticate(self.ctx, token, document, info, check=False)
+        except AuthError:
+            return None
+
+    async def index(self, request: Request) -> Response:
+        base = _base(request)
+        return _page("tether", "index", {"auth": self.settings.auth, "base": base}, base)
+
+    async def editor(self, request: Request) -> Response:
         name = request.path_params["name"]
         if not valid_document_name(name):
             return JSONResponse({"error": "invalid document name"}, status_code=400)
-        config = {"auth": settings.auth, "document": name, "ai": settings.ai_provider != "none"}
-        return _page(f"{name} · tether", "editor", config)
+        settings = self.settings
+        base = _base(request)
+        config = {
+            "auth": settings.auth,
+            "document": name,
+            "ai": settings.ai_provider != "none",
+            "base": base,
+        }
+        return _page(f"{name} · tether", "editor", config, base)
 
-    routes = [
-        Route("/", index),
-        Route("/d/{name:path}", editor),
-        _static_route(),
-        Route("/health", health),
-        Route("/metrics", metrics_endpoint),
-        Route("/api/documents", list_documents),
-        Route("/api/suggest", suggest_endpoint, methods=["POST"]),
-        Route("/api/documents/{name:path}", get_document),
-    ]
-    http_app = Starlette(routes=routes, lifespan=lifespan)
-    origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
-    refused_origins: set[str] = set()  # logged once each (bounded)
-    addresses = ConnectionsPerAddress(settings.max_connections_per_address)
-    crowded: set[str] = set()  # addresses logged for the limit (bounded like refused_origins)
+    # ---- WebSocket endpoints -----------------------------------------------------------------
 
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+    async def ws_endpoint(self, ws: _AsgiWebSocket, connection: ConnectionInfo) -> None:
+        await ws.accept()
+        await MuxConnection(ws, self.ctx, connection).run()
+
+    async def yjs_endpoint(
+        self, ws: _AsgiWebSocket, name: str, query: str, connection: ConnectionInfo
+    ) -> None:
+        ctx = self.ctx
+        token = parse_qs(query).get("token", [""])[0]
+        try:
+            grant = await authorize_yws(ctx, name, token, connection)
+        except AuthError as exc:
+            ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
+            await ws.refuse(UNAUTHORIZED, str(exc))
+            return
+        await ws.accept()
+        await YwsConnection(ws, ctx, name, grant).run()
+
+    # ---- ASGI ----------------------------------------------------------------------------------
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
-            await http_app(scope, receive, send)  # lifespan
+            await self.http_app(scope, receive, send)  # lifespan
             return
-        refusal = _origin_refusal(scope, origins)
-        if scope["type"] == "http":
-            if refusal is not None:
-                metrics.origin_refusals.labels("http").inc()
-                _log_refusal_once(refused_origins, scope, refusal)
-                await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
-                return
-            await http_app(scope, receive, send)
+        if self.context is None:
+            await self._refuse_not_started(scope, receive, send)
             return
+        if scope["type"] == "websocket":
+            await self.websocket(scope, receive, send)
+            return
+        refusal = _origin_refusal(scope, self.origins)
+        if refusal is not None and self._cors_allows(scope):
+            refusal = None  # a listed site calling the REST API (CORS answers its preflight)
+        if refusal is not None:
+            self.metrics.origin_refusals.labels("http").inc()
+            _log_refusal_once(self._refused_origins, scope, refusal)
+            await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
+            return
+        await self.http_app(scope, receive, send)
+
+    def _cors_allows(self, scope: Scope) -> bool:
+        """A REST request from an origin listed in --cors-origins, to an allowed Host."""
+        if not self.cors_origins.allowed_origins or not route_path(scope).startswith("/api/"):
+            return False
+        headers = {
+            k.lower(): v for k, v in scope.get("headers", []) if k.lower() in _ORIGIN_HEADERS
+        }
+        origin = headers.get(b"origin")
+        if origin is None:
+            return False
+        normalised = normalise_origin(origin.decode("latin-1"))
+        host = headers.get(b"host")
+        host_ok = self.origins.refusal(host.decode("latin-1") if host else None, None) is None
+        return host_ok and normalised in self.cors_origins.allowed_origins
+
+    async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Origin, per-address limit, then the endpoint by path."""
         ws = _AsgiWebSocket(receive, send)
         if not await ws.handshake():
             return
+        refusal = _origin_refusal(scope, self.origins)
         if refusal is not None:
-            metrics.origin_refusals.labels("websocket").inc()
-            _log_refusal_once(refused_origins, scope, refusal)
+            self.metrics.origin_refusals.labels("websocket").inc()
+            _log_refusal_once(self._refused_origins, scope, refusal)
             await ws.refuse(1008, refusal)  # the upgrade fails with 403: no document byte
             return
         address = _client_address(scope)
-        if not addresses.enter(address):
-            metrics.limit_refusals.labels("max_connections_per_address").inc()
-            if address not in crowded and len(crowded) < _MAX_LOGGED_ORIGINS:
-                crowded.add(address)
+        if not self.addresses.enter(address):
+            self.metrics.limit_refusals.labels("max_connections_per_address").inc()
+            if address not in self._crowded and len(self._crowded) < _MAX_LOGGED_ORIGINS:
+                self._crowded.add(address)
                 log.warning("refused a socket: too many open from %s", address)
             await ws.refuse(TRY_AGAIN_LATER, "too many connections from this address")
             return
+        opened = time.monotonic()
+        path = route_path(scope)
+        log.debug("socket opened from %s on %s", address, path)
         try:
-            path: str = scope["path"]
             if path == "/ws":
-                await ws_endpoint(ws)
+                connection = _connection_info(scope, "ws", path, address)
+                if await self._connected(ws, connection):
+                    try:
+                        await self.ws_endpoint(ws, connection)
+                    finally:
+                        await self.hooks.on_disconnect(connection)
             elif path.startswith("/yjs/"):
                 query = scope.get("query_string", b"").decode("latin-1")
                 # scope["path"] is percent-decoded already (once): decoding again made "rep%2541"
                 # the document "repA", under a token checked for that name.
-                await yjs_endpoint(ws, path[len("/yjs/") :], query)
+                name = path[len("/yjs/") :]
+                connection = _connection_info(scope, "yjs", path, address, name)
+                if await self._connected(ws, connection):
+                    try:
+                        await self.yjs_endpoint(ws, name, query, connection)
+                    finally:
+                        await self.hooks.on_disconnect(connection)
             else:
-                await ws.refuse(1008, "no such endpoint")
+                await ws.deny(404, "no such endpoint (tether's are /ws and /yjs/<document>)", scope)
         finally:
-            addresses.leave(address)
+            self.addresses.leave(address)
+            log.debug(
+                "socket from %s on %s ended after %.1f s", address, path, time.monotonic() - opened
+            )
 
-    return app
+    async def _connected(self, ws: _AsgiWebSocket, connection: ConnectionInfo) -> bool:
+        """The on_connect hooks; False (and refused: 403 on the upgrade) if one refused."""
+        try:
+            await self.hooks.on_connect(connection)
+        except AuthError as exc:
+            self.metrics.auth_failures.labels("on_connect").inc()
+            await ws.refuse(UNAUTHORIZED, str(exc))
+            return False
+        return True
+
+    async def _refuse_not_started(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if not self._said_not_started:
+            self._said_not_started = True
+            log.error("%s", NOT_STARTED)
+        if scope["type"] == "websocket":
+            ws = _AsgiWebSocket(receive, send)
+            if await ws.handshake():
+                await ws.refuse(TRY_AGAIN_LATER, "tether is not started")
+            return
+        await JSONResponse({"error": NOT_STARTED}, status_code=503)(scope, receive, send)
+
+
+def _connection_info(
+    scope: Scope, endpoint: str, path: str, address: str, document: str | None = None
+) -> ConnectionInfo:
+    headers = {
+        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+    }
+    query = scope.get("query_string", b"").decode("latin-1")
+    return ConnectionInfo(endpoint, path, address, headers, query, document)
+
+
+def route_path(scope: Scope) -> str:
+    """The path below where tether is mounted: Starlette's Mount (and uvicorn's --root-path)
+    keep the full path in ``path`` and the prefix in ``root_path``."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    if root and path.startswith(root):
+        return path[len(root) :] or "/"
+    return path
+
+
+AuthCallback = Callable[[AuthRequest], Awaitable[Grant | None]]
+
+
+class _AuthenticateHook:
+    """``TetherServer(authenticate=...)``: a callback as an on_authenticate extension."""
+
+    def __init__(self, callback: AuthCallback) -> None:
+        self.on_authenticate = callback
+        self.name = getattr(callback, "__qualname__", None) or repr(callback)
+
+
+class NotStarted(RuntimeError):
+    """A request reached a TetherServer whose ``start()`` has not run (or ``stop()`` has)."""
+
+
+NOT_STARTED = (
+    "tether is not started: a mounted app's lifespan does not run, so the host app must call"
+    " 'await server.start()' (or 'async with server:') in its own lifespan; see the README,"
+    " 'Embedding tether'"
+)
+
+
+def create_app(
+    settings: Settings, *, store: Store | None = None, extensions: list[Any] | None = None
+) -> ASGIApp:
+    """The ASGI app ``tether serve`` runs: a ``TetherServer`` whose ASGI lifespan starts and
+    stops it (uvicorn sends the lifespan; a host that mounts it starts it itself)."""
+    return TetherServer(settings, store=store, extensions=extensions).asgi
 
 
 async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metrics: Metrics) -> Any:
@@ -396,6 +683,21 @@ class _RefusalLog:
 def _client_address(scope: Scope) -> str:
     client = scope.get("client")
     return str(client[0])[:64] if client else "unknown"
+
+
+def _cors(allowed: OriginPolicy) -> list[Middleware]:
+    """CORS for the listed origins only (none: no CORS headers at all, the browser default)."""
+    if not allowed.allowed_origins:
+        return []
+    return [
+        Middleware(
+            CORSMiddleware,
+            allow_origins=sorted(allowed.allowed_origins),
+            allow_methods=["GET", "POST", "PUT", "DELETE"],
+            allow_headers=["authorization", "content-type"],
+            max_age=600,
+        )
+    ]
 
 
 def _origin_refusal(scope: Scope, origins: OriginPolicy) -> str | None:
@@ -475,7 +777,13 @@ def _static_route() -> Route | Mount:
     return Route("/static/{path:path}", missing)
 
 
-def _page(title: str, bundle: str, config: dict[str, Any]) -> Response:
+def _base(request: Request) -> str:
+    """Where tether is mounted ("" at the root, "/collab" under a mount): every URL a page
+    uses starts with it."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def _page(title: str, bundle: str, config: dict[str, Any], base: str = "") -> Response:
     """An HTML page with its Content-Security-Policy: scripts only from this server (and the
     one inline config script, by a nonce fresh per response), images only from this server or
     data: (a CSS ``url()`` smuggled into a style cannot make the browser fetch elsewhere), no
@@ -503,19 +811,21 @@ def _page(title: str, bundle: str, config: dict[str, Any]) -> Response:
         "Referrer-Policy": "no-referrer",
         "X-Content-Type-Options": "nosniff",
     }
-    return HTMLResponse(_shell(title, bundle, config, nonce), headers=headers)
+    return HTMLResponse(_shell(title, bundle, config, nonce, base), headers=headers)
 
 
-def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str) -> str:
+def _shell(title: str, bundle: str, config: dict[str, Any], nonce: str, base: str = "") -> str:
     """The HTML page the browser bundle mounts into; config is JSON that cannot end the script."""
     data = json.dumps(config).replace("<", "\\u003c")
+    static = html.escape(base + "/static/" + bundle, quote=True)
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title>"
-        f'<link rel=stylesheet href="/static/{bundle}.css"></head>'
+        f'<link rel=icon type="image/svg+xml" href="{html.escape(base + FAVICON_PATH)}">'
+        f'<link rel=stylesheet href="{static}.css"></head>'
         f'<body><div id="app"></div><script nonce="{nonce}">window.TETHER = {data};</script>'
-        f'<script type=module src="/static/{bundle}.js"></script></body></html>'
+        f'<script type=module src="{static}.js"></script></body></html>'
     )
 
 
@@ -536,15 +846,6 @@ def _metrics_refusal(request: Request, token: str) -> tuple[int, str] | None:
     if loopback:
         return None
     return 403, "/metrics answers loopback clients only (or set --metrics-token)"
-
-
-def _bearer_grant(request: Request, authenticator: Authenticator) -> Grant | None:
-    header = request.headers.get("authorization", "")
-    token = header[7:] if header.lower().startswith("bearer ") else ""
-    try:
-        return authenticator.verify(token)
-    except AuthError:
-        return None
 
 
 def _unauthorized() -> Response:

@@ -21,20 +21,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Self, TypeVar
 
-from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store
+from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo
 
 T = TypeVar("T")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _BUSY_TIMEOUT_S = 5.0
 
 _SCHEMA = (
+    # The snapshot lives in its own table: SQLite rewrites a whole row on UPDATE, overflow
+    # pages included, so touching updated_at on a row that held a 10 MB snapshot copied 10 MB
+    # per append (cost per edit grew with the document: issue 14).
     """CREATE TABLE IF NOT EXISTS documents (
         name TEXT PRIMARY KEY,
-        snapshot BLOB,
         created_at REAL NOT NULL,
         updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS snapshots (
+        name TEXT PRIMARY KEY,
+        data BLOB NOT NULL
     )""",
     """CREATE TABLE IF NOT EXISTS updates (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -42,21 +48,28 @@ _SCHEMA = (
         data BLOB NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS updates_by_name ON updates (name)",
+    # Named versions (issue 12): created with IF NOT EXISTS on every open, so no schema bump.
+    """CREATE TABLE IF NOT EXISTS versions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        label TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS versions_by_name ON versions (name)",
 )
 
-_TOUCH = """INSERT INTO documents (name, snapshot, created_at, updated_at)
-    VALUES (?, NULL, ?, ?)
+_TOUCH = """INSERT INTO documents (name, created_at, updated_at) VALUES (?, ?, ?)
     ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at"""
-_SET_SNAPSHOT = """INSERT INTO documents (name, snapshot, created_at, updated_at)
-    VALUES (?, ?, ?, ?)
-    ON CONFLICT (name) DO UPDATE SET
-        snapshot = excluded.snapshot, updated_at = excluded.updated_at"""
+_SET_SNAPSHOT = """INSERT INTO snapshots (name, data) VALUES (?, ?)
+    ON CONFLICT (name) DO UPDATE SET data = excluded.data"""
 _INFO = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
-        COALESCE(LENGTH(d.snapshot), 0) + COALESCE(SUM(LENGTH(u.data)), 0)
+        COALESCE((SELECT LENGTH(s.data) FROM snapshots AS s WHERE s.name = d.name), 0)
+        + COALESCE(SUM(LENGTH(u.data)), 0)
     FROM documents AS d LEFT JOIN updates AS u ON u.name = d.name
     {where} GROUP BY d.name ORDER BY d.name"""
 
-OpKind = Literal["append", "compact", "delete"]
+OpKind = Literal["append", "compact", "delete", "version"]
 
 
 @dataclass(eq=False, slots=True)
@@ -65,6 +78,7 @@ class _Op:
     name: str
     data: bytes
     future: asyncio.Future[Any]
+    label: str = ""  # a version's
 
 
 class SQLiteStore(Store):
@@ -142,13 +156,18 @@ class SQLiteStore(Store):
     def delete(self, name: str) -> Coroutine[Any, Any, None]:
         return self._enqueue("delete", name, b"")
 
-    def _enqueue(self, kind: OpKind, name: str, data: bytes) -> Coroutine[Any, Any, Any]:
+    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+        return self._enqueue("version", name, bytes(state), label)
+
+    def _enqueue(
+        self, kind: OpKind, name: str, data: bytes, label: str = ""
+    ) -> Coroutine[Any, Any, Any]:
         if self._state != "open" or self._loop is None:
             return _failed(StorageError(f"cannot {kind} {name!r}: the store is {self._state}"))
         if self._stopped.done():
             return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
         future = self._loop.create_future()
-        self._queue.put(_Op(kind, name, data, future))
+        self._queue.put(_Op(kind, name, data, future, label))
         return _wait(future)
 
     # -- reads (worker threads, one read connection) -----------------------------------------
@@ -161,6 +180,12 @@ class SQLiteStore(Store):
 
     async def info(self, name: str) -> DocumentInfo | None:
         return await self._read(_info, name)
+
+    async def list_versions(self, name: str) -> list[VersionInfo]:
+        return await self._read(_list_versions, name)
+
+    async def load_version(self, name: str, version: int) -> bytes | None:
+        return await self._read(_load_version, name, version)
 
     async def _read(self, query: Callable[..., T], *args: Any) -> T:
         if self._state != "open":
@@ -237,7 +262,7 @@ class _Writer:
         # writer, so a cache stays exact as long as it is dropped when a transaction rolls back.
         self._log_lengths: dict[str, int] = {}
 
-    def run_batch(self, ops: list[_Op]) -> list[int | None]:
+    def run_batch(self, ops: list[_Op]) -> list[object]:
         now = time.time()
         self._conn.execute("BEGIN IMMEDIATE")
         try:
@@ -250,9 +275,11 @@ class _Writer:
             raise
         return results
 
-    def _run(self, op: _Op, now: float) -> int | None:
+    def _run(self, op: _Op, now: float) -> object:
         if op.kind == "append":
             return self._append(op.name, op.data, now)
+        if op.kind == "version":
+            return self._add_version(op, now)
         if op.kind == "compact":
             self._compact(op.name, op.data, now)
         else:
@@ -268,14 +295,22 @@ class _Writer:
 
     def _compact(self, name: str, snapshot: bytes, now: float) -> None:
         # Ops run in call order, so every log row present now was appended before compact().
-        self._conn.execute(_SET_SNAPSHOT, (name, snapshot, now, now))
+        self._conn.execute(_TOUCH, (name, now, now))
+        self._conn.execute(_SET_SNAPSHOT, (name, snapshot))
         self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
         self._log_lengths[name] = 0
 
     def _delete(self, name: str) -> None:
         self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
+        self._conn.execute("DELETE FROM snapshots WHERE name = ?", (name,))
         self._conn.execute("DELETE FROM documents WHERE name = ?", (name,))
+        self._conn.execute("DELETE FROM versions WHERE name = ?", (name,))
         self._log_lengths.pop(name, None)
+
+    def _add_version(self, op: _Op, now: float) -> VersionInfo:
+        sql = "INSERT INTO versions (name, label, created_at, data) VALUES (?, ?, ?, ?)"
+        cursor = self._conn.execute(sql, (op.name, op.label, now, op.data))
+        return VersionInfo(int(cursor.lastrowid or 0), op.name, op.label, now, len(op.data))
 
     def _log_length(self, name: str) -> int:
         cached = self._log_lengths.get(name)
@@ -346,12 +381,26 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             raise StorageError(f"{path}: schema version {version} is newer than {SCHEMA_VERSION}")
         for statement in _SCHEMA:
             conn.execute(statement)
+        if version < 2:
+            _move_snapshots_out_of_documents(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _move_snapshots_out_of_documents(conn: sqlite3.Connection) -> None:
+    """Schema 1 kept each snapshot in its documents row; move them to ``snapshots``."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(documents)")}
+    if "snapshot" not in columns:
+        return
+    conn.execute(
+        "INSERT OR REPLACE INTO snapshots (name, data)"
+        " SELECT name, snapshot FROM documents WHERE snapshot IS NOT NULL"
+    )
+    conn.execute("UPDATE documents SET snapshot = NULL WHERE snapshot IS NOT NULL")
 
 
 def _open_reader(path: Path) -> sqlite3.Connection:
@@ -373,7 +422,7 @@ def _snapshot_read(conn: sqlite3.Connection) -> Iterator[None]:
 
 def _load(conn: sqlite3.Connection, name: str) -> list[bytes]:
     with _snapshot_read(conn):
-        row = conn.execute("SELECT snapshot FROM documents WHERE name = ?", (name,)).fetchone()
+        row = conn.execute("SELECT data FROM snapshots WHERE name = ?", (name,)).fetchone()
         sql = "SELECT data FROM updates WHERE name = ? ORDER BY id"
         log = [data for (data,) in conn.execute(sql, (name,))]
     head = [] if row is None or row[0] is None else [row[0]]
@@ -383,6 +432,18 @@ def _load(conn: sqlite3.Connection, name: str) -> list[bytes]:
 def _info(conn: sqlite3.Connection, name: str) -> DocumentInfo | None:
     row = conn.execute(_INFO.format(where="WHERE d.name = ?"), (name,)).fetchone()
     return None if row is None else DocumentInfo(*row)
+
+
+def _list_versions(conn: sqlite3.Connection, name: str) -> list[VersionInfo]:
+    sql = """SELECT id, name, label, created_at, LENGTH(data) FROM versions
+        WHERE name = ? ORDER BY id"""
+    return [VersionInfo(*row) for row in conn.execute(sql, (name,))]
+
+
+def _load_version(conn: sqlite3.Connection, name: str, version: int) -> bytes | None:
+    sql = "SELECT data FROM versions WHERE name = ? AND id = ?"
+    row = conn.execute(sql, (name, version)).fetchone()
+    return None if row is None else bytes(row[0])
 
 
 def _list_documents(conn: sqlite3.Connection) -> list[DocumentInfo]:

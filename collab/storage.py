@@ -10,6 +10,13 @@ that enqueue at once and return a coroutine yielding the result, so ``await stor
 ``asyncio.create_task(store.append(...))`` and ``gather`` all work, and a caller that applies an
 update and calls ``append`` in the same event-loop step knows exactly which appends a later
 ``compact`` folds away. Cancelling the await does not withdraw a write that was already called.
+
+Versions (named snapshots, ``add_version``/``list_versions``/``load_version``): a document's
+state saved under a label and a time, kept until the document is deleted (``delete`` forgets
+them too). They are optional for a backend: the base class refuses them with StorageError, so
+a store written before them still works (the REST version endpoints answer 501 on it). A
+backend that keeps them implements the three methods; ``add_version`` is a write, ordered by
+call like the others.
 """
 
 from __future__ import annotations
@@ -39,6 +46,17 @@ class DocumentInfo:
     updated_at: float
     log_entries: int  # updates stored since the last snapshot
     stored_bytes: int  # snapshot + log bytes
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One saved version of a document, without its bytes."""
+
+    id: int  # unique within the store, increasing
+    name: str  # the document
+    label: str
+    created_at: float  # unix seconds
+    size: int  # bytes of the saved state
 
 
 class Store(ABC):
@@ -92,6 +110,20 @@ class Store(ABC):
     async def info(self, name: str) -> DocumentInfo | None:
         """The document's info, or None if it is not stored."""
 
+    # -- versions: optional (see the module docstring) ------------------------------------------
+
+    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+        """Enqueue saving ``state`` (a full Yjs update) as a version of ``name`` now."""
+        return _failed(StorageError(f"{type(self).__name__} keeps no versions"))
+
+    async def list_versions(self, name: str) -> list[VersionInfo]:
+        """The document's versions, oldest first ([] for none)."""
+        raise StorageError(f"{type(self).__name__} keeps no versions")
+
+    async def load_version(self, name: str, version: int) -> bytes | None:
+        """The saved state of one version of ``name``, or None if it has no such version."""
+        raise StorageError(f"{type(self).__name__} keeps no versions")
+
 
 async def _resolved(value: T) -> T:
     return value
@@ -127,6 +159,8 @@ class MemoryStore(Store):
 
     def __init__(self) -> None:
         self._docs: dict[str, _MemoryDoc] = {}
+        self._versions: dict[int, tuple[VersionInfo, bytes]] = {}
+        self._last_version = 0
         self._state: Lifecycle = "new"
 
     async def __aenter__(self) -> Self:
@@ -166,6 +200,26 @@ class MemoryStore(Store):
         doc = self._docs.get(name)
         return None if doc is None else doc.info(name)
 
+    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+        data = bytes(state)
+        return _run_now(lambda: self._add_version(name, label, data))
+
+    async def list_versions(self, name: str) -> list[VersionInfo]:
+        self._check_open()
+        return [info for info, _ in self._versions.values() if info.name == name]
+
+    async def load_version(self, name: str, version: int) -> bytes | None:
+        self._check_open()
+        found = self._versions.get(version)
+        return found[1] if found is not None and found[0].name == name else None
+
+    def _add_version(self, name: str, label: str, data: bytes) -> VersionInfo:
+        self._check_open()
+        self._last_version += 1
+        info = VersionInfo(self._last_version, name, label, time.time(), len(data))
+        self._versions[info.id] = (info, data)
+        return info
+
     def _append(self, name: str, data: bytes) -> int:
         doc = self._touch(name)
         doc.log.append(data)
@@ -179,6 +233,8 @@ class MemoryStore(Store):
     def _delete(self, name: str) -> None:
         self._check_open()
         self._docs.pop(name, None)
+        for version in [v for v, (info, _) in self._versions.items() if info.name == name]:
+            del self._versions[version]
 
     def _touch(self, name: str) -> _MemoryDoc:
         self._check_open()

@@ -13,7 +13,11 @@ or stored when
   so an ack would not mean the edit survives compaction. The sender is asked to resend from our
   state vector instead, which a Yjs client answers with everything we lack, in order;
 - an item's origin and right origin hang under different parents, or its parent is not a shared
-  type: no Yjs client writes that, and yrs integrates it in ways a reload does not reproduce.
+  type: no Yjs client writes that, and yrs integrates it in ways a reload does not reproduce;
+- it inserts or deletes at a boundary inside a character of two UTF-16 units (an emoji): clocks
+  count UTF-16 units, but yrs keeps text as UTF-8 and cannot split there, so it integrates such
+  an item in one place live and another after a reload (Yjs in JavaScript writes U+FFFD over
+  both halves instead: a third result). The guard remembers where each such character starts.
 
 Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
 an update once pycrdt has applied it (every change to the document must be admitted, the server's
@@ -23,6 +27,7 @@ own edits included, or later updates that build on them look like missing depend
 from __future__ import annotations
 
 import bisect
+from array import array
 
 from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
@@ -31,6 +36,7 @@ from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
 DEFAULT_MAX_NESTING_DEPTH = 128
 
 Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
+OriginPair = tuple[ID, ID]  # an item's origin and right origin
 
 
 class UpdateRefused(Exception):
@@ -73,6 +79,8 @@ class UpdateGuard:
         self._known: dict[int, int] = {}  # client → one past its last known clock
         self._runs: dict[int, _Runs] = {}
         self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
+        # client → sorted clocks where a two-unit character starts (a split after one is refused)
+        self._pairs: dict[int, array[int]] = {}
 
     def check(self, scan: ScannedUpdate) -> dict[int, Parent]:
         """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
@@ -90,7 +98,35 @@ class UpdateGuard:
         for client, clock, length in scan.deletes:
             if clock + length > max(known.get(client, 0), scan.ends.get(client, 0)):
                 raise MissingDependencies("update refused: it deletes structs this document lacks")
+        self._check_character_boundaries(scan)
         return _Resolver(self, scan).resolve_all()
+
+    def _check_character_boundaries(self, scan: ScannedUpdate) -> None:
+        fresh: set[tuple[int, int]] = {
+            (item.client, item.clock + offset) for item in scan.items for offset in item.pairs
+        }
+        if not fresh and not self._pairs:
+            return  # no two-unit character anywhere: nothing to split
+
+        def splits(client: int, clock: int) -> bool:
+            """Whether the boundary right after ``clock`` is inside a character."""
+            if (client, clock) in fresh:
+                return True
+            starts = self._pairs.get(client)
+            if starts is None:
+                return False
+            at = bisect.bisect_left(starts, clock)
+            return at < len(starts) and starts[at] == clock
+
+        for item in scan.items:
+            if (item.origin is not None and splits(*item.origin)) or (
+                item.right_origin is not None
+                and splits(item.right_origin[0], item.right_origin[1] - 1)
+            ):
+                raise _splits_character()
+        for client, clock, length in scan.deletes:
+            if splits(client, clock - 1) or splits(client, clock + length - 1):
+                raise _splits_character()
 
     def admit(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
         known = self._known
@@ -104,6 +140,11 @@ class UpdateGuard:
                 continue  # a duplicate of what the document has
             parent = parents[index]
             self._runs_of(item.client).add(max(item.clock, seen), parent)
+            if item.pairs:
+                starts = self._pairs.get(item.client)
+                if starts is None:
+                    starts = self._pairs[item.client] = array("q")
+                starts.extend(c for c in (item.clock + o for o in item.pairs) if c >= seen)
             if item.makes_type:
                 self._depth[(item.client, item.clock)] = self._depth_under(parent, {}) + 1
         for client, end in scan.ends.items():
@@ -257,28 +298,41 @@ class _Resolver:
             raise UpdateRefused("update refused: its parent is not a shared type", "malformed")
 
 
-def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> None:
-    """Refuse an item whose right origin is not to the right of its origin.
+def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> list[OriginPair]:
+    """Refuse an item whose right origin is not to the right of its origin; return the pairs
+    that involve this update's own items, for ``check_applied_origin_order`` once it is applied.
 
-    Yjs's conflict resolution assumes it is (a client takes both from adjacent items). When it
-    is not, yrs integrates the item in one place live and in another when a snapshot is
-    rebuilt, so live editors and every later reader diverge for good. The order of two items is
-    read off yrs's sticky indices before the update is applied: an item's offset with
+    Yjs's conflict resolution assumes the right origin is right of the origin (a client takes
+    both from adjacent items). When it is not, yrs integrates the item in one place live and in
+    another when a snapshot is rebuilt, so live editors and every later reader diverge for good.
+    The order of two items is read off yrs's sticky indices: an item's offset with
     ``Assoc.AFTER`` counts the visible units before it, with ``Assoc.BEFORE`` also its own unit
     if visible. That decides every case except two deleted items with nothing visible between
-    them, where the order cannot be seen and the item is let through. Items whose origins
-    arrive in the same update are not checked (they are new to the document too).
+    them, where the order cannot be seen and the item is let through. Where an origin is one of
+    this update's own items its place is only known once the update is integrated, so those pairs
+    are checked after applying (a failure there means the doc must be rebuilt from storage).
     """
-    pairs = [
-        (item.origin, item.right_origin)
-        for item in scan.items
-        if item.origin is not None
-        and item.right_origin is not None
-        and guard.knows(item.origin)
-        and guard.knows(item.right_origin)
-    ]
-    if not pairs:
-        return
+    known: list[OriginPair] = []
+    later: list[OriginPair] = []
+    for item in scan.items:
+        if item.origin is None or item.right_origin is None:
+            continue
+        pair = (item.origin, item.right_origin)
+        if guard.knows(item.origin) and guard.knows(item.right_origin):
+            known.append(pair)
+        else:
+            later.append(pair)
+    if known:
+        _check_pairs(doc, known, unplaceable_is_inconsistent=True)
+    return later
+
+
+def check_applied_origin_order(doc: Doc, pairs: list[OriginPair]) -> None:
+    """The same rule for pairs that involve an update's own items, on the doc it went into."""
+    _check_pairs(doc, pairs, unplaceable_is_inconsistent=False)
+
+
+def _check_pairs(doc: Doc, pairs: list[OriginPair], *, unplaceable_is_inconsistent: bool) -> None:
     with doc.transaction() as txn:
         for left, right in pairs:
             if left == right:
@@ -287,7 +341,9 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> Non
                 left_after, left_before = _offsets(txn, left)
                 right_after, right_before = _offsets(txn, right)
             except Exception as exc:  # an ID yrs cannot place in a sequence
-                raise _inconsistent() from exc
+                if unplaceable_is_inconsistent:
+                    raise _inconsistent() from exc
+                continue  # e.g. garbage-collected in the same update: nothing to order
             if left_before > left_after:  # the origin is visible
                 consistent = right_after >= left_before
             elif right_before > right_after:  # only the right origin is visible
@@ -309,4 +365,10 @@ def _inconsistent() -> UpdateRefused:
     return UpdateRefused(
         "update refused: an item's right origin is not to the right of its origin",
         "inconsistent-origins",
+    )
+
+
+def _splits_character() -> UpdateRefused:
+    return UpdateRefused(
+        "update refused: it splits a character of two UTF-16 units (an emoji)", "split-character"
     )

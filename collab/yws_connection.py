@@ -11,7 +11,9 @@ import asyncio
 import logging
 import time
 
+from tether.protocol.lib0 import write_var_uint
 from tether.protocol.yws import (
+    YWS_SYNC,
     YAwareness,
     YPermissionDenied,
     YQueryAwareness,
@@ -20,9 +22,13 @@ from tether.protocol.yws import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import TOKEN_EXPIRED
+from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
+from .grants import authenticate
+from .hooks import ConnectionInfo
+from .initial_sync import InitialSync
 from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .limits import refuse
 from .outbox import Outbox
 from .peer import Peer
 from .room import Room
@@ -32,15 +38,16 @@ log = logging.getLogger(__name__)
 # An awareness update with no entries: a no-op for the client that still proves we are alive
 # (y-websocket reconnects after 30 s without any message).
 KEEPALIVE_FRAME = b"\x01\x01\x00"
+YWS_SYNC_BYTE = write_var_uint(YWS_SYNC)
 
 
-def authorize(ctx: ServerContext, document: str, token: str) -> Grant:
+async def authorize(
+    ctx: ServerContext, document: str, token: str, connection: ConnectionInfo | None = None
+) -> Grant:
     """The grant for opening ``document`` with ``token``; raises AuthError."""
     if not valid_document_name(document):
         raise AuthError("invalid document name")
-    grant = ctx.authenticator.verify(token)
-    ctx.authenticator.check(grant, document)
-    return grant
+    return await authenticate(ctx, token, document, connection)
 
 
 class YwsConnection:
@@ -53,6 +60,13 @@ class YwsConnection:
         self._grant = grant
         s = ctx.settings
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
+        self._revoked = asyncio.Event()  # the room ended this socket's attachment (deleted)
+        self._revoke_reason = ""
+
+    def _revoke(self, reason: str) -> None:
+        self._revoke_reason = reason
+        self._revoked.set()
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
@@ -60,13 +74,15 @@ class YwsConnection:
         try:
             room = await self._ctx.rooms.acquire(self._document)
             peer = Peer(self._outbox, self._grant, self._grant.scope, None)
+            peer.revoke = self._revoke
+            peer.initial_sync = self._initial_sync
             room.attach(peer)
             await run_connection(
                 receive_loop=self._receive_loop(room, peer),
                 monitor=self._monitor(),
                 outbox=self._outbox,
                 transport=self._transport,
-                detach=lambda: detach_each([lambda: room.detach(peer)]),
+                detach=lambda: detach_each([self._initial_sync.close, lambda: room.detach(peer)]),
                 metrics=metrics,
             )
         finally:
@@ -78,6 +94,9 @@ class YwsConnection:
             data = await self._transport.receive()
             if data is None:
                 return
+            if len(data) > limit and data[:1] == YWS_SYNC_BYTE:
+                self._refuse_upload(peer, len(data), limit)
+                continue
             message = decode_yws_frame(data, max_frame_bytes=limit)
             if isinstance(message, YSync):
                 room.handle_sync(peer, message.message)
@@ -88,6 +107,16 @@ class YwsConnection:
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
 
+    def _refuse_upload(self, peer: Peer, size: int, limit: int) -> None:
+        """An editor's own change over ``max_frame_bytes`` (a paste). Closing would make
+        y-websocket reconnect and send it again, forever: instead the socket stays, the editor
+        is told (permission denied, which y-websocket reports) and is read-only from now on,
+        so later edits built on the refused one are not asked for again either."""
+        reason = f"update too large: {size} bytes, this server takes at most {limit}; read-only"
+        refuse(self._ctx.metrics, "max_frame_bytes", peer.refusals_logged, peer.label, reason)
+        peer.scope = "readonly"
+        peer.send(YPermissionDenied(reason).encode())
+
     async def _monitor(self) -> CloseConnection:
         """Keepalive frames, and the decisions to close: a reader that fell behind, a token that
         expired (at its expiry, not at the next keepalive after it)."""
@@ -95,13 +124,18 @@ class YwsConnection:
         loop = asyncio.get_running_loop()
         next_keepalive = loop.time() + interval
         overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
+        revoked = asyncio.ensure_future(self._revoked.wait())
         try:
             while True:
                 wait = next_keepalive - loop.time()
                 expires_at = self._grant.expires_at
                 if expires_at is not None:
                     wait = min(wait, expires_at - time.time())
-                done, _ = await asyncio.wait({overflow}, timeout=max(0.0, wait))
+                done, _ = await asyncio.wait(
+                    {overflow, revoked}, timeout=max(0.0, wait), return_when=asyncio.FIRST_COMPLETED
+                )
+                if revoked in done:
+                    return CloseConnection(DOCUMENT_DELETED, self._revoke_reason)
                 if done:
                     return slow_consumer(self._ctx.metrics, self._outbox)
                 if self._grant.expired():
@@ -111,3 +145,4 @@ class YwsConnection:
                     next_keepalive = loop.time() + interval
         finally:
             overflow.cancel()
+            revoked.cancel()

@@ -1,8 +1,14 @@
 """A thin asyncio client over ``ClientSession``: one WebSocket, many documents, reconnects.
 
-The only I/O in the protocol package. Opens several documents over one socket, exposes each as
-a pycrdt Doc, waits for "synced", awaits SyncStatus acks, answers pings, and reconnects with
-jittered exponential backoff, resyncing by state vector so offline edits survive.
+With ``protocol.http_client``, the only I/O in the protocol package. Opens several documents
+over one socket, exposes each as a pycrdt Doc, waits for "synced", awaits SyncStatus acks,
+answers pings, and reconnects with jittered exponential backoff, resyncing by state vector so
+offline edits survive.
+
+``transport``: "ws" (the socket only), "http" (the HTTP fallback only, same frames), or "auto":
+the socket, falling back to HTTP when the upgrade fails or the socket keeps dying soon after it
+opens (a proxy that kills long-lived connections), and trying the socket again every
+``ws_retry_interval`` seconds while on HTTP.
 
     async with TetherClient("ws://127.0.0.1:8765/ws", token=token) as client:
         notes = await client.open("notes")
@@ -14,16 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import random
-from collections.abc import Callable
-from typing import Any, Self
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Literal, Self
 
 from pycrdt import Doc, Text, TransactionEvent
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
+from .ai import (
+    ServerAiMessage,
+    Suggest,
+    SuggestionEnd,
+    SuggestionError,
+    decode_server_message,
+)
 from .client_session import (
     AuthRefused,
     ClientDocument,
@@ -31,13 +46,23 @@ from .client_session import (
     ClientSession,
     StatelessReceived,
 )
+from .connect_errors import ConnectionFailedError, describe
 from .errors import ProtocolError
+from .http_client import HttpLink, http_base_of
 from .messages import Stateless
 
 log = logging.getLogger(__name__)
 
 
 _CONNECTION_ERRORS = (OSError, ConnectionClosed, InvalidHandshake, TimeoutError, ProtocolError)
+
+
+Transport = Literal["auto", "ws", "http"]
+_request_ids = itertools.count(1)
+# A socket that ends abnormally this soon after opening, this many times in a row, counts as
+# killed by something between us and the server: "auto" moves to HTTP.
+_SHORT_LIVED = 10.0
+_DEATHS_BEFORE_FALLBACK = 2
 
 
 class PermissionDeniedError(Exception):
@@ -64,13 +89,23 @@ class _Changes:
                 await self._event.wait()
 
 
+class SuggestionFailedError(Exception):
+    """The server answered a suggestion request with ``suggestion.error``."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
 class DocumentHandle:
     """One open document: its pycrdt Doc, edit helpers, and waits on sync/ack/text."""
 
     def __init__(self, client: TetherClient, state: ClientDocument) -> None:
         self._client = client
         self._state = state
+        # Stateless payloads that are not answers to this handle's own suggest() calls.
         self.stateless: asyncio.Queue[str] = asyncio.Queue()
+        self._suggestions: dict[str, asyncio.Queue[ServerAiMessage]] = {}
         self._subscription = state.doc.observe(self._on_transaction)
 
     @property
@@ -127,6 +162,51 @@ class DocumentHandle:
 
     # ---- waits -------------------------------------------------------------------------------
 
+    async def suggest(
+        self,
+        pos: int | None = None,
+        *,
+        kind: str = "complete",
+        start: int | None = None,
+        end: int | None = None,
+        max_tokens: int | None = None,
+        timeout: float = 60.0,
+    ) -> AsyncIterator[ServerAiMessage]:
+        """Ask for a suggestion and yield the server's messages for it as they stream
+        (``suggestion.start``, ``suggestion.delta``..., then ``suggestion.end``); a
+        ``suggestion.error`` raises SuggestionFailedError. ``pos`` (UTF-16 units, as the wire
+        counts) defaults to the end of the text; ``kind="rewrite"`` takes ``start``/``end``."""
+        if pos is None and kind == "complete":
+            pos = len(str(self.text).encode("utf-16-le")) // 2
+        request_id = f"py-{next(_request_ids)}"
+        answers: asyncio.Queue[ServerAiMessage] = asyncio.Queue()
+        self._suggestions[request_id] = answers
+        try:
+            self.send_stateless(
+                Suggest(request_id, kind, pos, start, end, max_tokens=max_tokens).encode()
+            )
+            async with asyncio.timeout(timeout):
+                while True:
+                    message = await answers.get()
+                    if isinstance(message, SuggestionError):
+                        raise SuggestionFailedError(message.code, message.message)
+                    yield message
+                    if isinstance(message, SuggestionEnd):
+                        return
+        finally:
+            self._suggestions.pop(request_id, None)
+
+    def _stateless(self, payload: str) -> None:
+        try:
+            message = decode_server_message(payload)
+        except ProtocolError:
+            message = None
+        answers = self._suggestions.get(getattr(message, "id", None) or "")
+        if message is not None and answers is not None:
+            answers.put_nowait(message)
+        else:
+            self.stateless.put_nowait(payload)
+
     async def wait_synced(self, timeout: float = 10.0) -> None:
         await self.wait_for(lambda: self._state.synced, timeout)
 
@@ -171,9 +251,23 @@ class TetherClient:
         backoff_initial: float = 0.1,
         backoff_max: float = 5.0,
         open_timeout: float = 10.0,
+        transport: Transport = "auto",
+        http_url: str | None = None,
+        first_byte_timeout: float = 3.0,
+        ws_retry_interval: float = 60.0,
     ) -> None:
+        if transport not in ("auto", "ws", "http"):
+            raise ValueError("transport must be 'auto', 'ws' or 'http'")
         self.url = url
+        self.http_url = http_url or http_base_of(url)
+        self.transport = transport
         self.token = token
+        self._first_byte_timeout = first_byte_timeout
+        self._ws_retry_interval = ws_retry_interval
+        self._ws_broken_at: float | None = None  # when "auto" last gave up on the socket
+        self._ws_deaths = 0
+        self._fallbacks = 0  # in a row: each doubles the wait before trying the socket again
+        self.transport_in_use: str | None = None  # "ws" or "http" while connected
         self.reconnect = reconnect
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
@@ -185,21 +279,47 @@ class TetherClient:
         self._runner: asyncio.Task[None] | None = None
         self._paused = asyncio.Event()
         self._paused.set()  # set = allowed to connect
-        self._ws: ClientConnection | None = None
+        self._ws: ClientConnection | HttpLink | None = None
         self.connected = asyncio.Event()
         self.closed = False
         self.connects = 0
         self.last_close: tuple[int, str] | None = None
+        # The last failed attempt per transport, until one succeeds (the error __aenter__ raises)
+        self._attempt_errors: dict[str, BaseException] = {}
+        self._gave_up = asyncio.Event()  # no point waiting: a permanent error, or no reconnect
 
     async def __aenter__(self) -> Self:
         self._runner = asyncio.ensure_future(self._run())
+        connected = asyncio.ensure_future(self.connected.wait())
+        gave_up = asyncio.ensure_future(self._gave_up.wait())
         try:
-            async with asyncio.timeout(self._open_timeout):
-                await self.connected.wait()
-        except TimeoutError:
+            await asyncio.wait(
+                {connected, gave_up}, timeout=self._open_timeout, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            connected.cancel()
+            gave_up.cancel()
+        if not self.connected.is_set():
+            error = self._connection_error()
             await self.aclose()
-            raise
+            raise error
         return self
+
+    def _connection_error(self) -> ConnectionFailedError:
+        """What the failed attempts say, the socket's first (it is tried first)."""
+        if not self._attempt_errors:
+            return ConnectionFailedError(
+                f"could not connect to {self.url} within {self._open_timeout:g} s"
+            )
+        parts, permanent = [], True
+        for kind, exc in self._attempt_errors.items():
+            words, fatal = describe(exc)
+            permanent = permanent and fatal
+            parts.append(words if kind == "ws" else f"over HTTP: {words}")
+        target = self.url if "ws" in self._attempt_errors else self.http_url
+        return ConnectionFailedError(
+            f"could not connect to {target}: " + "; ".join(parts), permanent=permanent
+        )
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -227,11 +347,19 @@ class TetherClient:
         try:
             await handle.wait_synced(timeout)
         except BaseException:
-            self.close_document(name)
+            self._close_document(name)
             raise
         return handle
 
-    def close_document(self, name: str) -> None:
+    async def close_document(self, name: str, *, timeout: float = 10.0) -> None:
+        """Close one document (the socket and the others stay); returns once the Close has
+        been handed to the connection, or at once while offline (nothing to tell)."""
+        self._close_document(name)
+        await self._changes.wait_until(
+            lambda: self._outgoing.empty() or not self.connected.is_set() or self.closed, timeout
+        )
+
+    def _close_document(self, name: str) -> None:
         handle = self._handles.pop(name, None)
         if handle is not None:
             handle._detach()
@@ -262,31 +390,105 @@ class TetherClient:
         attempt = 0
         while not self.closed:
             await self._paused.wait()
+            kind = self._next_transport()
+            opened_at: float | None = None
             try:
-                async with connect(self.url, max_size=None, open_timeout=self._open_timeout) as ws:
-                    attempt = 0
-                    await self._serve(ws)
-            except (
-                OSError,
-                ConnectionClosed,
-                InvalidHandshake,
-                TimeoutError,
-                ProtocolError,
-            ) as exc:
+                if kind == "ws":
+                    async with connect(
+                        self.url, max_size=None, open_timeout=self._open_timeout
+                    ) as ws:
+                        attempt, opened_at = 0, time.monotonic()
+                        self._attempt_errors.clear()
+                        await self._serve(ws, "ws")
+                else:
+                    link = await HttpLink.open(
+                        self.http_url,
+                        self._session_token(),
+                        timeout=self._open_timeout,
+                        first_byte_timeout=self._first_byte_timeout,
+                    )
+                    try:
+                        attempt, opened_at = 0, time.monotonic()
+                        self._attempt_errors.clear()
+                        await self._serve(link, "http")
+                    finally:
+                        await link.close()
+            except _CONNECTION_ERRORS as exc:
                 log.debug("connection lost: %r", exc)
+                if opened_at is None:  # it never opened: remember why, for __aenter__
+                    self._attempt_errors[kind] = exc
+                    if describe(exc)[1] and self.transport != "auto":
+                        self._gave_up.set()
             finally:
                 self._ws = None
+                self.transport_in_use = None
                 self._session.disconnected()
                 self.connected.clear()
                 self._changes.notify()
+            if kind == "ws":
+                self._judge_socket(opened_at)
             if not self.reconnect or self.closed:
+                self._gave_up.set()
                 break
             delay = min(self._backoff_max, self._backoff_initial * 2**attempt)
             attempt += 1
             await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jittered backoff
 
-    async def _serve(self, ws: ClientConnection) -> None:
+    def _next_transport(self) -> str:
+        if self.transport != "auto":
+            return self.transport
+        broken = self._ws_broken_at
+        if broken is not None and time.monotonic() - broken < self._retry_interval():
+            return "http"
+        return "ws"
+
+    def _retry_interval(self) -> float:
+        # A proxy that lets the upgrade through but kills the socket would otherwise have us
+        # flap between the two every interval: each fallback in a row doubles it (to 16x).
+        return self._ws_retry_interval * 2 ** min(max(self._fallbacks - 1, 0), 4)
+
+    def _judge_socket(self, opened_at: float | None) -> None:
+        """After a socket ends: did the upgrade fail, or did it die young (again)?"""
+        if self.transport != "auto" or self.closed or not self._paused.is_set():
+            return
+        clean = self.last_close is not None and self.last_close[0] not in (1006, 1011)
+        if opened_at is None:
+            died = True  # the upgrade failed (refused by a proxy, or timed out)
+        elif time.monotonic() - opened_at < _SHORT_LIVED and not clean:
+            self._ws_deaths += 1
+            died = self._ws_deaths >= _DEATHS_BEFORE_FALLBACK
+        else:
+            self._ws_deaths, died = 0, False
+            self._fallbacks = 0  # the socket lived: it works here
+        if died:
+            log.info("WebSocket unavailable; falling back to HTTP")
+            self._ws_broken_at = time.monotonic()
+            self._ws_deaths = 0
+            self._fallbacks += 1
+
+    def _session_token(self) -> str:
+        """The token that opens an HTTP session: the client's, else any open document's."""
+        if self.token:
+            return self.token
+        return next((d.token for d in self._session.documents.values() if d.token), "")
+
+    async def _probe_socket(self) -> None:
+        """While "auto" is on HTTP: every ws_retry_interval, try a WebSocket handshake; return
+        once one succeeds (the caller then drops HTTP and reconnects over the socket)."""
+        while True:
+            await asyncio.sleep(self._retry_interval())
+            try:
+                async with connect(self.url, open_timeout=self._open_timeout):
+                    pass
+            except _CONNECTION_ERRORS:
+                self._ws_broken_at = time.monotonic()
+                continue
+            self._ws_broken_at = None
+            return
+
+    async def _serve(self, ws: ClientConnection | HttpLink, kind: str) -> None:
         self._ws = ws
+        self.transport_in_use = kind
         self.connects += 1
         self._outgoing = asyncio.Queue()
         self._session.connected = True
@@ -295,6 +497,10 @@ class TetherClient:
         self.connected.set()
         self._changes.notify()
         writer = asyncio.ensure_future(self._write(ws, self._outgoing))
+        probe = None
+        if kind == "http" and self.transport == "auto":
+            probe = asyncio.ensure_future(self._probe_socket())
+            probe.add_done_callback(lambda t: t.cancelled() or asyncio.ensure_future(ws.close()))
         try:
             async for data in ws:
                 if isinstance(data, str):
@@ -305,21 +511,25 @@ class TetherClient:
         finally:
             if ws.close_code is not None:
                 self.last_close = (ws.close_code, ws.close_reason or "")
-            writer.cancel()
-            with contextlib.suppress(BaseException):
-                await writer
+            for task in (writer, probe):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(BaseException):
+                        await task
 
-    async def _write(self, ws: ClientConnection, queue: asyncio.Queue[bytes]) -> None:
+    async def _write(self, ws: ClientConnection | HttpLink, queue: asyncio.Queue[bytes]) -> None:
         while True:
             frame = await queue.get()
             await ws.send(frame)
+            if queue.empty():
+                self._changes.notify()  # close_document() waits for the queue to empty
 
     def _dispatch(self, events: list[ClientEvent]) -> None:
         for event in events:
             if isinstance(event, StatelessReceived):
                 handle = self._handles.get(event.channel)
                 if handle is not None:
-                    handle.stateless.put_nowait(event.payload)
+                    handle._stateless(event.payload)
             elif isinstance(event, AuthRefused):
                 log.info("document %r refused: %s", event.channel, event.reason)
         if events:

@@ -119,6 +119,12 @@ class Decoder:
         self._pos = end
         return chunk
 
+    def skip(self, length: int) -> None:
+        """Move past ``length`` bytes without copying them."""
+        if self._pos + length > len(self._data):
+            raise DecodeError(f"length {length} runs past the end of the frame")
+        self._pos += length
+
     def read_var_uint8_array(self) -> bytes:
         return self.read_bytes(self.read_var_uint())
 

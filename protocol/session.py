@@ -8,6 +8,8 @@ this file (PROTOCOL.md carries a copy of this table; a test keeps them equal):
     state           input           next            events
     (none)          Token           VERIFYING       AuthRequested
     (none)          other message   AWAITING_TOKEN  - (queued)
+    (none)          Token [3]       (none)          Reply(PermissionDenied), ChannelRefused
+    (none)          other [3]       (none)          - (dropped)
     AWAITING_TOKEN  other message   AWAITING_TOKEN  - (queued; QueueOverflow past the limits)
     AWAITING_TOKEN  Token           VERIFYING       AuthRequested
     VERIFYING       other message   VERIFYING       - (queued; QueueOverflow past the limits)
@@ -19,6 +21,8 @@ this file (PROTOCOL.md carries a copy of this table; a test keeps them equal):
     OPEN            other message   OPEN            Incoming
     OPEN            Token           VERIFYING       AuthRequested (re-verified, keeps its scope)
     OPEN            revoke          DENIED          Reply(PermissionDenied), ChannelClosed
+    OPEN            Sync too big    DENIED          Reply(PermissionDenied), ChannelClosed,
+                                                    ChannelRefused [4]
     DENIED          other message   DENIED          - (dropped)
     DENIED          Token           VERIFYING       AuthRequested
     any             Close           (none)          ChannelClosed [2]
@@ -27,8 +31,12 @@ this file (PROTOCOL.md carries a copy of this table; a test keeps them equal):
     connection      server-only     -               raises SessionViolation
     [1] only if the channel was not open already (a re-verification keeps it attached)
     [2] only if the channel was open (or re-verifying after being open)
+    [3] a new channel while ``max_documents`` are held: refused, and not remembered
+    [4] over ``max_frame_bytes``; any other frame that large raises ``FrameTooLarge``
 
-A new channel beyond ``max_documents`` raises ``SessionViolation``; one whose document part is
+A new channel beyond ``max_documents`` is refused on its own (``PermissionDenied`` to its Token,
+its other messages dropped) while the connection and its other documents carry on; it is not
+remembered, so refusing costs no memory. One whose document part is
 over ``max_document_name_bytes`` or whose session id (after NUL) is over ``max_session_id_bytes``
 raises ``ChannelNameTooLong`` (every frame of a channel carries its name, and a refused channel's
 name is remembered). Queued bytes count against the connection's ``max_queued_bytes`` and, when
@@ -43,10 +51,19 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow, SessionViolation
+from .errors import (
+    ChannelNameTooLong,
+    DecodeError,
+    FrameTooLarge,
+    QueueBudgetExhausted,
+    QueueOverflow,
+    SessionViolation,
+)
+from .lib0 import Decoder
 from .messages import (
     CHANNEL_SEPARATOR,
     PONG_FRAME,
+    SYNC,
     Authenticated,
     AuthToken,
     ChannelMessage,
@@ -63,7 +80,7 @@ from .messages import (
 @dataclass(frozen=True, slots=True)
 class SessionLimits:
     max_frame_bytes: int = 16 * 1024 * 1024
-    max_documents: int = 64
+    max_documents: int = 256
     max_queued_messages: int = 256
     max_queued_bytes: int = 16 * 1024 * 1024
     # 512 characters (the document name rule) of up to 4 UTF-8 bytes each.
@@ -136,7 +153,15 @@ class ChannelClosed:
     document: str
 
 
-SessionEvent = Reply | AuthRequested | ChannelOpened | Incoming | ChannelClosed
+@dataclass(frozen=True, slots=True)
+class ChannelRefused:
+    """A channel past a per-connection limit was refused (count it, log it once)."""
+
+    channel: str
+    limit: str
+
+
+SessionEvent = Reply | AuthRequested | ChannelOpened | Incoming | ChannelClosed | ChannelRefused
 
 # Messages only a server sends; a client sending them is confused or hostile.
 _SERVER_ONLY = (PermissionDenied, Authenticated, SyncStatus)
@@ -163,7 +188,9 @@ class ServerSession:
         self._queued_bytes = 0
 
     def receive(self, data: bytes, now: float) -> list[SessionEvent]:
-        message = decode_frame(data, max_frame_bytes=self.limits.max_frame_bytes)
+        if len(data) > self.limits.max_frame_bytes:
+            return self._on_oversized(data)
+        message = decode_frame(data)
         if isinstance(message, Ping):
             return [Reply(PONG_FRAME)]
         if isinstance(message, Pong):
@@ -253,8 +280,29 @@ class ServerSession:
             if ch.state in waiting and now - ch.waiting_since > auth_timeout
         ]
 
+    def _on_oversized(self, data: bytes) -> list[SessionEvent]:
+        """A frame over ``max_frame_bytes``. A Sync on an open channel is an editor's own big
+        change (a paste): closing the socket would make the provider reconnect and send it
+        again, forever. So only that document is refused, for good on this connection; anything
+        else that large is hostile and ends the connection (``FrameTooLarge``)."""
+        limit = self.limits.max_frame_bytes
+        channel = _sync_channel_of(data)
+        if channel is None or self.state_of(channel) is not ChannelState.OPEN:
+            raise FrameTooLarge(f"frame of {len(data)} bytes exceeds {limit}")
+        reason = f"update too large: {len(data)} bytes, this server takes at most {limit}"
+        return [*self.revoke(channel, reason), ChannelRefused(channel, "max_frame_bytes")]
+
     def _on_token(self, message: AuthToken, now: float) -> list[SessionEvent]:
         state = self._channel(message.channel, now)
+        if state is None:
+            reason = (
+                f"too many documents on one connection (max {self.limits.max_documents}):"
+                " close one to open another"
+            )
+            return [
+                Reply(PermissionDenied(message.channel, reason).encode()),
+                ChannelRefused(message.channel, "max_documents"),
+            ]
         if state.state in (ChannelState.OPEN, ChannelState.DENIED):
             state.waiting_since = now  # a fresh wait: the auth timeout counts from this token
         # An open channel keeps its scope while re-verifying, so grant/deny know it was open.
@@ -274,6 +322,8 @@ class ServerSession:
         self, message: ChannelMessage, size: int, now: float
     ) -> list[SessionEvent]:
         state = self._channel(message.channel, now)
+        if state is None:
+            return []  # a refused channel: nothing of it flows
         if state.state is ChannelState.OPEN:
             return [Incoming(message.channel, document_of(message.channel), state.scope, message)]
         if state.state is ChannelState.DENIED:
@@ -295,14 +345,13 @@ class ServerSession:
         if self._budget is not None:
             self._budget.give_back(size)
 
-    def _channel(self, channel: str, now: float) -> _Channel:
+    def _channel(self, channel: str, now: float) -> _Channel | None:
+        """The channel's state, a new one for a new name; None past ``max_documents``."""
         state = self._channels.get(channel)
         if state is None:
             self._check_name(channel)
             if len(self._channels) >= self.limits.max_documents:
-                raise SessionViolation(
-                    f"too many documents on one connection (max {self.limits.max_documents})"
-                )
+                return None
             state = _Channel(ChannelState.AWAITING_TOKEN, now)
             self._channels[channel] = state
         return state
@@ -316,3 +365,13 @@ class ServerSession:
             raise ChannelNameTooLong(
                 f"channel name too long: session id over {limits.max_session_id_bytes} bytes"
             )
+
+
+def _sync_channel_of(data: bytes) -> str | None:
+    """The channel of a Sync frame, read from its header only; None for any other frame."""
+    try:
+        decoder = Decoder(data)
+        channel = decoder.read_var_string()
+        return channel if decoder.read_var_uint() == SYNC else None
+    except DecodeError:
+        return None

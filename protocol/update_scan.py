@@ -48,6 +48,9 @@ class ScannedItem:
     parent_sub: str | None
     content: int
     makes_type: bool
+    # Offsets (from ``clock``) of the first unit of each character that takes two UTF-16 units:
+    # a boundary right after one splits a character (see collab.update_guard).
+    pairs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +130,11 @@ def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
         if info & 0x20:
             parent_sub = d.read_var_string()
     kind = info & 0x1F
-    length = _content(d, kind)
+    pairs: tuple[int, ...] = ()
+    if kind == STRING:
+        length, pairs = _string(d.read_var_string())
+    else:
+        length = _content(d, kind)
     return ScannedItem(
         client,
         clock,
@@ -139,11 +146,38 @@ def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
         parent_sub,
         kind,
         kind == TYPE,
+        pairs,
     )
+
+
+def skip_content(d: Decoder, kind: int) -> int:
+    """Reads past an item's content of ``kind``; its length in clock units."""
+    return _content(d, kind)
+
+
+def _string(text: str) -> tuple[int, tuple[int, ...]]:
+    """A string's length in clock units (UTF-16 code units, as in JavaScript) and where its
+    two-unit characters start."""
+    if text.isascii():
+        return len(text), ()
+    units = len(text.encode("utf-16-le")) // 2
+    if units == len(text):
+        return units, ()
+    pairs = []
+    offset = 0
+    for char in text:
+        if ord(char) > 0xFFFF:
+            pairs.append(offset)
+            offset += 2
+        else:
+            offset += 1
+    return units, tuple(pairs)
 
 
 def _content(d: Decoder, kind: int) -> int:
     """Skips the content and returns its length in clock units."""
+    if kind == STRING:
+        return _string(d.read_var_string())[0]
     if kind == DELETED:
         return d.read_var_uint()
     if kind == JSON:
@@ -154,9 +188,6 @@ def _content(d: Decoder, kind: int) -> int:
     if kind == BINARY:
         d.read_var_uint8_array()
         return 1
-    if kind == STRING:
-        # Clocks count UTF-16 code units, as in JavaScript.
-        return len(d.read_var_string().encode("utf-16-le")) // 2
     if kind == EMBED:
         d.read_var_string()
         return 1

@@ -118,9 +118,13 @@ class JsEditor:
         name: str | None = None,
         session_awareness: bool = False,
         trace: bool = False,
+        summary: bool = False,
     ) -> JsEditor:
-        """A ``@hocuspocus/provider`` editor: one socket to ``url`` (…/ws), one provider per doc."""
+        """A ``@hocuspocus/provider`` editor: one socket to ``url`` (…/ws), one provider per doc.
+        ``summary``: text events carry the length (and synced events a SHA-256), not the text."""
         args = ["--url", url, "--token", token, "--docs", ",".join(docs)]
+        if summary:
+            args.append("--summary")
         if name:
             args += ["--name", name]
         if session_awareness:
@@ -136,9 +140,12 @@ class JsEditor:
         token: str | None = None,
         name: str | None = None,
         trace: bool = False,
+        summary: bool = False,
     ) -> JsEditor:
         """A ``y-websocket`` editor connecting to ``url + '/' + doc`` (url is …/yjs)."""
         args = ["--url", url, "--doc", doc]
+        if summary:
+            args.append("--summary")
         if token is not None:
             args += ["--token", token]
         if name:

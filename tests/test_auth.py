@@ -30,6 +30,8 @@ async def rest_text(server: ServerProcess, name: str) -> str:
             f"{server.http_url}/api/documents/{name}",
             headers={"Authorization": f"Bearer {server.token([name])}"},
         )
+    if response.status_code == 404:  # never stored (nor loaded with content): no text
+        return ""
     response.raise_for_status()
     return str(response.json()["text"])
 

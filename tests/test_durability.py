@@ -26,6 +26,8 @@ async def rest_text(server: ServerProcess, name: str) -> str:
             f"{server.http_url}/api/documents/{name}",
             headers={"Authorization": f"Bearer {server.token([name])}"},
         )
+    if response.status_code == 404:  # never stored (nor loaded with content): no text
+        return ""
     response.raise_for_status()
     return str(response.json()["text"])
 
@@ -34,7 +36,7 @@ def read_db(data_dir: Path, name: str) -> tuple[bytes | None, list[bytes]]:
     """(snapshot, log) of one document, read from a second connection (WAL allows it)."""
     uri = f"file:{data_dir / 'tether.db'}?mode=ro"
     with sqlite3.connect(uri, uri=True) as conn:
-        row = conn.execute("SELECT snapshot FROM documents WHERE name = ?", (name,)).fetchone()
+        row = conn.execute("SELECT data FROM snapshots WHERE name = ?", (name,)).fetchone()
         log = [
             r[0]
             for r in conn.execute("SELECT data FROM updates WHERE name = ? ORDER BY id", (name,))

@@ -122,16 +122,22 @@ async def test_a_document_slow_to_authenticate_does_not_close_the_socket_while_o
             assert not peer.closed
 
 
-async def test_opening_more_documents_than_allowed_closes_with_1008(lively: ServerProcess):
+async def test_opening_more_documents_than_allowed_refuses_only_the_extra_one(
+    lively: ServerProcess,
+):
     names = [unique("many") for _ in range(4)]
     token = lively.token(names)
     with anyio.fail_after(10):
         async with await MuxPeer.connect(lively.ws_url) as peer:
-            for name in names[:3]:
-                await peer.open(name, token)
-            await peer.send(AuthToken(names[3], token).encode())
-            assert await peer.wait_closed() == 1008
-            assert "documents" in peer.close_reason
+            opened = [await peer.open(name, token) for name in names[:3]]
+            extra = await peer.attach(names[3], token)
+            await extra.wait(lambda: extra.denied is not None, what="the refusal")
+            assert extra.denied is not None and "too many documents" in extra.denied
+            assert await peer.alive()  # the socket stays
+            await opened[0].append("the others still sync")
+            await opened[0].wait_acked()
+            assert opened[0].statuses[-1] is True
+            assert not extra.synced
 
 
 async def test_closing_a_document_frees_its_slot(lively: ServerProcess):

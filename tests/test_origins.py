@@ -37,7 +37,7 @@ async def test_auth_none_refuses_foreign_origins_and_rebinding_hosts(tmp_path: P
             # DNS rebinding: evil.example resolved to 127.0.0.1, the page is "same-origin".
             rebound = {"Host": f"evil.example:{server.port}"}
             assert (await http.get("/api/documents/d", headers=rebound)).status_code == 403
-            assert (await http.get("/api/documents/d")).status_code == 200
+            assert (await http.get("/api/documents/d")).status_code == 404  # let in: unknown
             assert (await http.get("/health", headers={"Host": "localhost"})).status_code == 200
             # A cross-site form posts text/plain without a preflight: refused unread.
             form = await http.post(
@@ -64,7 +64,7 @@ async def test_jwt_mode_checks_origin_and_honours_the_allowed_list(tmp_path: Pat
                 "/api/documents/d",
                 headers={"Authorization": f"Bearer {server.token()}", "Host": "tether.internal"},
             )
-            assert reply.status_code == 200
+            assert reply.status_code == 404  # let in (an unknown document), not 403
 
 
 def test_the_policy_normalises_origins_and_knows_loopback() -> None:

@@ -10,6 +10,7 @@ from urllib.parse import quote
 import anyio
 import httpx
 import pytest
+from pycrdt import Doc, Text
 
 from tests.serverproc import ServerProcess
 from tether.protocol.client import TetherClient
@@ -17,6 +18,12 @@ from tether.protocol.client import TetherClient
 pytestmark = pytest.mark.anyio
 
 READS = 200
+
+
+def _update(text: str) -> bytes:
+    doc = Doc()
+    doc.get("content", type=Text).insert(0, text)
+    return doc.get_update()
 
 
 async def loaded(http: httpx.AsyncClient) -> int:
@@ -31,7 +38,14 @@ async def test_many_rest_reads_leave_no_document_pinned_loaded(tmp_path: Path) -
             await kept.wait_acked()
             headers = {"Authorization": f"Bearer {server.token()}"}
             async with httpx.AsyncClient(base_url=server.http_url, headers=headers) as http:
+                octets = {"Content-Type": "application/octet-stream"}
                 for i in range(READS):
+                    # Unknown names are 404 and never loaded; an import and a read load one.
+                    assert (await http.get(f"/api/documents/read-{i}")).status_code == 404
+                    imported = await http.put(
+                        f"/api/documents/read-{i}", content=_update(f"r{i}"), headers=octets
+                    )
+                    assert imported.status_code == 200, imported.text
                     reply = await http.get(f"/api/documents/read-{i}")
                     assert reply.status_code == 200, reply.text
                 assert (await http.get("/api/documents/kept-open")).json()["text"] == (

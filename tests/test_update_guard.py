@@ -16,7 +16,7 @@ from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import TEXT, MuxPeer
 from tests.serverproc import ServerProcess
 from tether.collab.sqlite_store import SQLiteStore
-from tether.protocol.lib0 import write_var_string, write_var_uint
+from tether.protocol.lib0 import Decoder, write_var_string, write_var_uint
 from tether.protocol.sync import SyncUpdate
 
 pytestmark = pytest.mark.anyio
@@ -71,7 +71,7 @@ async def test_deep_nesting_is_refused_before_it_is_applied_and_the_server_lives
         await other.append("still here")
         await other.wait_acked()
         assert other.statuses and all(other.statuses)
-    assert (await rest(server, "bomb")).json()["text"] == ""
+    assert (await rest(server, "bomb")).status_code == 404  # nothing stored: unknown
     metrics = await metrics_text(server)
     assert metric_value(metrics, "tether_update_refusals_total", limit="nesting-depth") >= 1
     # Shallow nesting is ordinary editing and passes.
@@ -175,6 +175,9 @@ async def test_an_item_whose_right_origin_is_left_of_its_origin_is_refused(
 # ---- the update fuzzer ----------------------------------------------------------------------
 
 
+EMPTY_FORGERY = b"\x00\x00"  # an update of nothing
+
+
 class Editors:
     """Several pycrdt replicas editing one text at random; their updates are the fuzz input,
     sent in arrival orders that shuffle, drop, duplicate and mutate them."""
@@ -199,6 +202,24 @@ class Editors:
                 other.apply_update(update)
         return update
 
+    def forge(self, client: int) -> bytes:
+        """Two or three string items by a new ``client`` whose origins are drawn at random from
+        what the replicas have and from each other: most are inconsistent in some way."""
+        known: list[tuple[int, int]] = []
+        decoder = Decoder(self.docs[0].get_state())
+        for _ in range(decoder.read_var_uint()):
+            owner, clock = decoder.read_var_uint(), decoder.read_var_uint()
+            known += [(owner, c) for c in range(clock)]
+        items: list[tuple[tuple[int, int], tuple[int, int], str]] = []
+        clock = 0
+        for _ in range(self.rng.randint(2, 3)):
+            pool = known + [(client, c) for c in range(clock)]
+            if not pool:
+                break
+            items.append((self.rng.choice(pool), self.rng.choice(pool), "QZ"))
+            clock += 2
+        return crafted_items(client, items) if items else EMPTY_FORGERY
+
     def mutate(self, update: bytes) -> bytes:
         data = bytearray(update)
         for _ in range(self.rng.randint(1, 3)):
@@ -221,7 +242,9 @@ async def test_fuzzed_updates_leave_live_stored_and_reloaded_documents_equal(
         for k, update in enumerate(updates):
             roll = editors.rng.random()
             frames = [update]
-            if roll < 0.15:
+            if roll < 0.1:
+                frames = [editors.forge(client=5000 + k), update]
+            elif roll < 0.2:
                 frames = [editors.mutate(update)]
             elif roll < 0.25 and k + 1 < len(updates):
                 frames = [updates[k + 1], update]  # out of order
@@ -255,3 +278,134 @@ async def test_fuzzed_updates_leave_live_stored_and_reloaded_documents_equal(
         response = await rest(server, "fuzz")
         assert response.status_code == 200, response.text
         assert response.json()["text"] == live
+
+
+# ---- item 4: a refused update leaves no trace ------------------------------------------------
+
+
+def good_then_orphaned(text_parent_client: int) -> bytes:
+    """Two items by client 88: a valid insert into the root text, then one whose parent is a
+    *string* item (not a shared type). yrs integrates the first, fails on the second, and does
+    not roll back: without the guard "GOOD" stayed in the server's doc, though refused."""
+    out = write_var_uint(1) + write_var_uint(2) + write_var_uint(88) + write_var_uint(0)
+    out += bytes([4]) + write_var_uint(1) + write_var_string(TEXT) + write_var_string("GOOD")
+    out += bytes([4]) + write_var_uint(0) + write_var_uint(text_parent_client) + write_var_uint(0)
+    return out + write_var_string("BAD") + write_var_uint(0)
+
+
+async def test_an_update_yrs_would_half_apply_leaves_no_trace(plain_server: ServerProcess) -> None:
+    server = plain_server
+    token = server.token()
+    seed = Doc(client_id=1)
+    seed.get(TEXT, type=Text).insert(0, "hello")
+    async with (
+        await MuxPeer.connect(server.ws_url) as author,
+        await MuxPeer.connect(server.ws_url) as attacker,
+    ):
+        doc = await author.open("halfway", token)
+        await doc.send_update(seed.get_update())
+        await doc.wait_acked()
+        hostile = await attacker.open("halfway", token)
+        await hostile.send_update(good_then_orphaned(text_parent_client=1))
+        assert await attacker.wait_closed() == 1002
+        await doc.append(" world")  # the author's socket is untouched
+        await doc.wait_acked()
+        async with await MuxPeer.connect(server.ws_url) as reader:
+            fresh = await reader.open("halfway", token)
+            await fresh.wait_text("hello world")
+            assert "GOOD" not in str(fresh) and "GOOD" not in str(doc)
+    assert (await rest(server, "halfway")).json()["text"] == "hello world"
+
+
+def crafted_delete(client: int, clock: int, length: int) -> bytes:
+    """An update of no structs that deletes ``length`` clocks of ``client`` from ``clock``."""
+    return (
+        write_var_uint(0)
+        + write_var_uint(1)
+        + write_var_uint(client)
+        + write_var_uint(1)
+        + (write_var_uint(clock) + write_var_uint(length))
+    )
+
+
+@pytest.mark.parametrize(
+    "hostile",
+    [
+        pytest.param(crafted_insert((1, 1), (1, 2), "X"), id="insert-between-the-halves"),
+        pytest.param(crafted_delete(1, 2, 1), id="delete-one-half"),
+    ],
+)
+async def test_an_edit_inside_an_emoji_is_refused_so_live_and_reloaded_agree(
+    tmp_path: Path, hostile: bytes
+) -> None:
+    """Clocks count UTF-16 units; yrs keeps UTF-8 and cannot split a character there: live it
+    put "X" after the emoji, rebuilt from storage after the "b" (and a half-delete took the
+    "b"). Whole-character edits around an emoji are ordinary editing."""
+    seed = Doc(client_id=1)
+    seed.get(TEXT, type=Text).insert(0, "a😀b")
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        token = server.token()
+        async with (
+            await MuxPeer.connect(server.ws_url) as author,
+            await MuxPeer.connect(server.ws_url) as attacker,
+        ):
+            doc = await author.open("emoji", token)
+            await doc.send_update(seed.get_update())
+            await doc.wait_acked()
+            await (await attacker.open("emoji", token)).send_update(hostile)
+            assert await attacker.wait_closed() == 1002
+            await doc.send_update(crafted_insert((1, 2), (1, 3), "X"))  # after the emoji
+            await doc.send_update(crafted_delete(1, 0, 1))  # the "a"
+            await doc.wait_acked()
+            assert all(doc.statuses)
+        assert (await rest(server, "emoji")).json()["text"] == "😀Xb"
+        metrics = await metrics_text(server)
+        assert metric_value(metrics, "tether_update_refusals_total", limit="split-character") == 1
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        assert (await rest(server, "emoji")).json()["text"] == "😀Xb"
+
+
+def crafted_items(client: int, items: list[tuple[tuple[int, int], tuple[int, int], str]]) -> bytes:
+    """String items by ``client`` from clock 0, each with an origin and a right origin."""
+    out = (
+        write_var_uint(1) + write_var_uint(len(items)) + write_var_uint(client) + write_var_uint(0)
+    )
+    for origin, right, text in items:
+        out += bytes([0x80 | 0x40 | 4])
+        for part in (*origin, *right):
+            out += write_var_uint(part)
+        out += write_var_string(text)
+    return out + write_var_uint(0)
+
+
+async def test_inconsistent_origins_among_one_updates_own_items_are_undone(
+    plain_server: ServerProcess,
+) -> None:
+    """The second item hangs between two units of the first (origin and right origin both the
+    first's last unit): live yrs wrote "helloABA world", rebuilt from storage "helloAAB world".
+    Its place is only known once applied, so the server applies, checks, and rebuilds the doc
+    from storage: nothing of the update remains, the author's socket never notices."""
+    server = plain_server
+    token = server.token()
+    seed = Doc(client_id=1)
+    seed.get(TEXT, type=Text).insert(0, "hello world")
+    hostile = crafted_items(88, [((1, 4), (1, 5), "AA"), ((88, 1), (88, 1), "B")])
+    before = metric_value(await metrics_text(server), "tether_document_reloads_total") or 0
+    async with (
+        await MuxPeer.connect(server.ws_url) as author,
+        await MuxPeer.connect(server.ws_url) as attacker,
+    ):
+        doc = await author.open("own-origins", token)
+        doc.apply(seed.get_update())
+        await doc.send_update(seed.get_update())
+        await doc.wait_acked()
+        await (await attacker.open("own-origins", token)).send_update(hostile)
+        assert await attacker.wait_closed() == 1002
+        await doc.append("!")
+        await doc.wait_text("hello world!")
+        async with await MuxPeer.connect(server.ws_url) as reader:
+            fresh = await reader.open("own-origins", token)
+            await fresh.wait_text("hello world!")
+    assert (await rest(server, "own-origins")).json()["text"] == "hello world!"
+    metrics = await metrics_text(server)
+    assert metric_value(metrics, "tether_document_reloads_total") == before + 1

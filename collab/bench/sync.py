@@ -5,6 +5,10 @@ Reports fan-out latency (an editor's send until another editor receives the edit
 RSS. Speaks the multiplexed protocol (tether, Hocuspocus) or the plain y-websocket protocol
 (``--protocol yjs --url ws://host:port/prefix``), so one driver measures every server. All
 traffic goes to the URL given, normally 127.0.0.1. A benchmark, not a test.
+
+``--transport http`` runs the same load twice, over ``/ws`` and then over the HTTP fallback
+(the same frames over POSTs and an event stream, ``protocol.http_client``), each against a fresh
+server, and reports them side by side.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 
 from tether.protocol.errors import ProtocolError
+from tether.protocol.http_client import http_base_of
 from tether.protocol.lib0 import Decoder
 from tether.protocol.messages import (
     PONG_FRAME,
@@ -38,6 +43,7 @@ from tether.protocol.messages import SyncStatus as SyncStatusMessage
 from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
 from tether.protocol.yws import YSync
 
+from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
 
 
@@ -47,6 +53,12 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=5.0, help="chars/s per editor")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of typing")
     parser.add_argument("--protocol", choices=["tether", "yjs"], default="tether")
+    parser.add_argument(
+        "--transport",
+        choices=["ws", "http"],
+        default="ws",
+        help="http: run over /ws and over the HTTP fallback, one after the other, side by side",
+    )
     parser.add_argument(
         "--url",
         default=None,
@@ -95,7 +107,8 @@ class Editor:
     doc_name: str
     protocol: str
     recorder: Recorder
-    ws: ClientConnection | None = None
+    transport: str = "ws"
+    ws: ClientConnection | BenchHttpLink | None = None
     ydoc: Doc = field(default_factory=Doc)
     pending_acks: collections.deque[float | None] = field(default_factory=collections.deque)
     synced: asyncio.Event = field(default_factory=asyncio.Event)
@@ -111,7 +124,10 @@ class Editor:
             target = f"{url.rstrip('/')}/{self.doc_name}?token={token}"
         else:
             target = url
-        self.ws = await connect(target, max_size=None, compression=None, open_timeout=30)
+        if self.transport == "http":
+            self.ws = await BenchHttpLink.open(http_base_of(url), token)
+        else:
+            self.ws = await connect(target, max_size=None, compression=None, open_timeout=30)
         if self.protocol == "tether":
             await self.ws.send(AuthToken(self.doc_name, token, "bench").encode())
             await self.ws.send(Sync(self.doc_name, SyncStep1(self.ydoc.get_state())).encode())
@@ -195,11 +211,13 @@ class Editor:
             self.outgoing.put_nowait(frame)
 
 
-async def drive(args: argparse.Namespace, url: str, token: str) -> dict[str, Any]:
+async def drive(
+    args: argparse.Namespace, url: str, token: str, transport: str = "ws"
+) -> dict[str, Any]:
     rng = random.Random(args.seed)
     recorder = Recorder()
     editors = [
-        Editor(f"e{i}", f"bench-{i % args.docs}", args.protocol, recorder)
+        Editor(f"e{i}", f"bench-{i % args.docs}", args.protocol, recorder, transport)
         for i in range(args.editors)
     ]
     connect_started = time.perf_counter()
@@ -250,6 +268,7 @@ async def drive(args: argparse.Namespace, url: str, token: str) -> dict[str, Any
     cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
     return {
         "protocol": args.protocol,
+        "transport": transport,
         "url": url,
         "editors": args.editors,
         "documents": args.docs,
@@ -338,7 +357,11 @@ def _rss_mb(pid: int | None) -> float | None:
 
 
 def run_sync_bench(args: argparse.Namespace) -> int:
-    if args.url is not None:
+    if args.transport == "http":
+        if args.protocol != "tether":
+            raise SystemExit("--transport http carries the tether protocol only")
+        result = _side_by_side(args)
+    elif args.url is not None:
         result = asyncio.run(drive(args, args.url, args.token))
     else:
         result = _run_against_own_server(args)
@@ -346,7 +369,23 @@ def run_sync_bench(args: argparse.Namespace) -> int:
     return 0 if not result["error_count"] else 1
 
 
-def _run_against_own_server(args: argparse.Namespace) -> dict[str, Any]:
+def _side_by_side(args: argparse.Namespace) -> dict[str, Any]:
+    """The same load over /ws and over the HTTP fallback (a fresh server each, unless --url)."""
+    runs = {}
+    for transport in ("ws", "http"):
+        if args.url is not None:
+            runs[transport] = asyncio.run(drive(args, args.url, args.token, transport))
+        else:
+            runs[transport] = _run_against_own_server(args, transport)
+    keys = ("fanout_ms", "ack_ms", "server_cpu_s_per_1000_edits", "updates_per_s", "server_rss_mb")
+    return {
+        "side_by_side": {key: {t: runs[t][key] for t in runs} for key in keys},
+        **runs,
+        "error_count": sum(run["error_count"] for run in runs.values()),
+    }
+
+
+def _run_against_own_server(args: argparse.Namespace, transport: str = "ws") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as data_dir:
         ai: dict[str, object] = {"ai_provider": "none"}
         if args.with_ai:
@@ -356,6 +395,7 @@ def _run_against_own_server(args: argparse.Namespace) -> dict[str, Any]:
             Path(data_dir),
             send_queue_frames=8192,
             max_connections_per_address=args.editors + 16,
+            http_sessions_per_address=args.editors + 16,
             **ai,
         )
         with proc:
@@ -365,7 +405,7 @@ def _run_against_own_server(args: argparse.Namespace) -> dict[str, Any]:
             args.server_pid = proc.proc.pid
             token = args.token or proc.token(["*"])
             url = proc.ws_url if args.protocol == "tether" else proc.yjs_url
-            return asyncio.run(drive(args, url, token))
+            return asyncio.run(drive(args, url, token, transport))
 
 
 def _report(result: dict[str, Any], json_out: str | None) -> None:

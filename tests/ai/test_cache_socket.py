@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import httpx
 import pytest
 
 from tests.serverproc import ServerProcess
@@ -79,3 +80,25 @@ async def test_another_documents_cached_answer_is_never_served(cache_server):
         assert (await ask(first, "i1"))[0] == "model"
         assert (await ask(second, "i2"))[0] == "model"  # same context, other document
         assert (await ask(second, "i3"))[0] == "exact"
+
+
+async def test_a_deleted_documents_cached_answers_are_never_served_again(cache_server):
+    """DELETE drops the document's cache scope (exact, type-ahead and semantic entries): a new
+    document under the same name with the same text asks the model again."""
+    token = cache_server.token()
+    async with TetherClient(cache_server.ws_url, token=token) as client:
+        doc = await client.open("cache-deleted")
+        doc.append("The lighthouse keeper wrote")
+        await doc.wait_acked()
+        assert (await ask(doc, "d1"))[0] == "model"
+        assert (await ask(doc, "d2"))[0] == "exact"
+        headers = {"Authorization": f"Bearer {token}"}
+        async with httpx.AsyncClient(base_url=cache_server.http_url, headers=headers) as http:
+            deleted = await http.delete("/api/documents/cache-deleted")
+            assert deleted.status_code == 200, deleted.text
+    async with TetherClient(cache_server.ws_url, token=token) as client:
+        doc = await client.open("cache-deleted")
+        assert str(doc.text) == ""
+        doc.append("The lighthouse keeper wrote")
+        await doc.wait_acked()
+        assert await ask(doc, "d3") == ("model", " and the gulls cried.")

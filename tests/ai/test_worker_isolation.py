@@ -45,7 +45,7 @@ def stored_text(data_dir: Path, name: str) -> str:
     uri = f"file:{data_dir / 'tether.db'}?mode=ro"
     doc = Doc()
     with sqlite3.connect(uri, uri=True) as conn:
-        row = conn.execute("SELECT snapshot FROM documents WHERE name = ?", (name,)).fetchone()
+        row = conn.execute("SELECT data FROM snapshots WHERE name = ?", (name,)).fetchone()
         if row and row[0]:
             doc.apply_update(row[0])
         for (update,) in conn.execute(

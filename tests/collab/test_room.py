@@ -280,3 +280,65 @@ async def test_reopening_during_the_grace_period_keeps_the_same_room() -> None:
         room.detach(peer)
         assert await manager.acquire("doc") is room
         await manager.close()
+
+
+def good_then_orphaned(parent_client: int) -> bytes:
+    """A valid insert into "content", then an item whose parent is a string item: yrs applies
+    the first and fails on the second, leaving the first in the doc."""
+    from tether.protocol.lib0 import write_var_string, write_var_uint
+
+    out = write_var_uint(1) + write_var_uint(2) + write_var_uint(88) + write_var_uint(0)
+    out += bytes([4]) + write_var_uint(1) + write_var_string("content") + write_var_string("GOOD")
+    out += bytes([4]) + write_var_uint(0) + write_var_uint(parent_client) + write_var_uint(0)
+    return out + write_var_string("BAD") + write_var_uint(0)
+
+
+async def test_an_update_that_fails_part_way_through_yrs_leaves_no_trace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second line of defence, behind the update guard (which refuses every update known to
+    fail part-way, so it is switched off here, in this process only): the room rebuilds its doc
+    from storage, turns updates away meanwhile and asks their senders to resend after."""
+    async with MemoryStore() as store:
+        rooms = RoomManager(
+            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60.0, compact_threshold=2
+        )
+        room = await rooms.acquire("doc")
+        a, b = Capture(), Capture()
+        pa, pb = make_peer(a), make_peer(b)
+        room.attach(pa)
+        room.attach(pb)
+        author = Doc(client_id=1)
+        room.handle_sync(pa, SyncUpdate(edit("hello", author)))
+        await room.flush()
+        monkeypatch.setattr(room.guard, "check", lambda scan: {})
+        with pytest.raises(InvalidUpdate):
+            room.handle_sync(pb, SyncUpdate(good_then_orphaned(parent_client=1)))
+        assert room.reloading
+        during = edit(" world", author)
+        room.handle_sync(pa, SyncUpdate(during))  # turned away while the doc is rebuilt
+        room.handle_sync(pa, SyncStep1(b"\x00"))  # answered from the rebuilt doc
+        await room.reloaded()
+        text = str(room.doc.get("content", type=Text))
+        assert text == "hello" and 88 not in _clients(room.doc)
+        assert a.statuses() == [True, False]
+        after = [m.message for m in a.decoded() if isinstance(m, Sync)][-2:]
+        assert isinstance(after[0], SyncStep1)  # "resend": the author's client answers it
+        assert isinstance(after[1], SyncStep2) and b"GOOD" not in after[1].update
+        room.handle_sync(pa, SyncUpdate(during))
+        await room.flush()
+        await room.compact()
+        reloaded = Doc()
+        for update in await store.load("doc"):
+            reloaded.apply_update(update)
+        assert str(reloaded.get("content", type=Text)) == "hello world"
+        await rooms.close()
+
+
+def _clients(doc: Doc) -> set[int]:
+    decoder = Decoder(doc.get_state())
+    clients = set()
+    for _ in range(decoder.read_var_uint()):
+        clients.add(decoder.read_var_uint())
+        decoder.read_var_uint()
+    return clients

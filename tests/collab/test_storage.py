@@ -57,6 +57,52 @@ async def test_appended_updates_load_back_in_order_and_appends_count_the_log(mak
 
 
 @pytest.mark.anyio
+async def test_versions_are_kept_per_document_in_order_and_go_with_the_document(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("doc", b"a")
+            first = await store.add_version("doc", "first", b"state-1")
+            second = await store.add_version("doc", "second", b"state-22")
+            other = await store.add_version("other", "theirs", b"x")
+            assert second.id > first.id
+            assert (second.name, second.label, second.size) == ("doc", "second", 8)
+            assert await store.list_versions("doc") == [first, second]
+            assert await store.load_version("doc", first.id) == b"state-1"
+            assert await store.load_version("doc", other.id) is None  # another document's
+            await store.delete("doc")
+            assert await store.list_versions("doc") == []
+            assert await store.load_version("doc", second.id) is None
+            assert await store.list_versions("other") == [other]
+
+
+@pytest.mark.anyio
+async def test_versions_survive_a_reopen(db_path: Path) -> None:
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            saved = await store.add_version("doc", "kept", b"state")
+        async with SQLiteStore(db_path) as store:
+            assert await store.list_versions("doc") == [saved]
+            assert await store.load_version("doc", saved.id) == b"state"
+
+
+class _NoVersions(MemoryStore):
+    """A backend written before versions: it inherits the base class's refusals."""
+
+    add_version = Store.add_version
+    list_versions = Store.list_versions
+    load_version = Store.load_version
+
+
+@pytest.mark.anyio
+async def test_a_store_without_versions_refuses_them_with_storage_error() -> None:
+    async with _NoVersions() as store:
+        with pytest.raises(StorageError, match="keeps no versions"):
+            await store.add_version("doc", "l", b"s")
+        with pytest.raises(StorageError):
+            await store.list_versions("doc")
+
+
+@pytest.mark.anyio
 async def test_an_unknown_document_loads_empty_and_has_no_info(make_store):
     with anyio.fail_after(TIMEOUT):
         async with make_store() as store:
@@ -367,3 +413,36 @@ def test_bad_settings_are_refused_up_front(db_path):
         SQLiteStore(db_path, synchronous="SOMETIMES")
     with pytest.raises(ValueError):
         SQLiteStore(db_path, max_batch=0)
+
+
+@pytest.mark.anyio
+async def test_a_schema_1_file_is_migrated_with_its_snapshots_and_logs(db_path):
+    """Schema 1 kept snapshots inside the documents row (every append's updated_at touch then
+    rewrote the whole snapshot); opening it moves them to their own table, losing nothing."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(
+            "CREATE TABLE documents (name TEXT PRIMARY KEY, snapshot BLOB,"
+            " created_at REAL NOT NULL, updated_at REAL NOT NULL)"
+        )
+        conn.execute(
+            "CREATE TABLE updates (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+            " data BLOB NOT NULL)"
+        )
+        conn.execute("INSERT INTO documents VALUES ('a', x'736e6170', 1.0, 2.0)")
+        conn.execute("INSERT INTO documents VALUES ('b', NULL, 1.0, 2.0)")
+        conn.execute("INSERT INTO updates (name, data) VALUES ('a', x'31'), ('b', x'32')")
+        conn.execute("PRAGMA user_version=1")
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            assert await store.load("a") == [b"snap", b"1"]
+            assert await store.load("b") == [b"2"]
+            info = await store.info("a")
+            assert info is not None and info.stored_bytes == len(b"snap1")
+            assert await store.append("a", b"3") == 2
+            await store.compact("a", b"new")
+        async with SQLiteStore(db_path) as store:
+            assert await store.load("a") == [b"new"]
+            with sqlite3.connect(db_path) as conn:
+                assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION

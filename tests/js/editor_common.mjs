@@ -8,6 +8,7 @@
 //                     "pong"|"frame"|"bye"|"error", ...}
 // See tests/jsclient.py for the Python side.
 
+import { createHash } from 'node:crypto'
 import * as readline from 'node:readline'
 import WebSocket from 'ws'
 
@@ -91,12 +92,23 @@ export function awarenessList (awareness) {
     .map(([clientID, state]) => ({ clientID, state }))
 }
 
-/** Emit a text event after every transaction that changes the text (local or remote). */
-export function watchText (doc, ytext) {
+/**
+ * Emit a text event after every transaction that changes the text (local or remote). With
+ * `summary` (big documents) the event carries only the text's length (UTF-16 units).
+ */
+export function watchText (doc, ytext, summary = false) {
   ytext.observe((yevent) => {
     const origin = yevent.transaction.origin
-    emit({ event: 'text', doc, text: ytext.toString(), local: yevent.transaction.local, origin: originName(origin) })
+    const fields = summary ? { length: ytext.length } : { text: ytext.toString() }
+    emit({ event: 'text', doc, ...fields, local: yevent.transaction.local, origin: originName(origin) })
   })
+}
+
+/** `{text}`, or `{length, sha256}` of the text with `summary`. */
+export function textFields (ytext, summary) {
+  const text = ytext.toString()
+  if (!summary) return { text }
+  return { length: text.length, sha256: createHash('sha256').update(text, 'utf8').digest('hex') }
 }
 
 function originName (origin) {

@@ -11,7 +11,7 @@ import * as Y from 'yjs'
 
 import {
   applyTextCommand, awarenessList, emit, emitError, exitClean, fatal, installCrashHandlers,
-  parseArgs, runCommandLoop, tracingWebSocket, waitClosed, watchAwareness, watchText
+  parseArgs, runCommandLoop, textFields, tracingWebSocket, waitClosed, watchAwareness, watchText
 } from './editor_common.mjs'
 
 installCrashHandlers()
@@ -22,7 +22,9 @@ const opts = parseArgs(process.argv.slice(2), {
   docs: '',
   name: '',
   trace: false,
-  'session-awareness': false
+  'session-awareness': false,
+  // Big documents: text events carry length and SHA-256 instead of the text.
+  summary: false
 })
 if (!opts.url) fatal('--url is required')
 const docNames = opts.docs.split(',').map((s) => s.trim()).filter(Boolean)
@@ -73,7 +75,7 @@ for (const name of docNames) {
     sessionAwareness: opts['session-awareness']
   })
   provider.on('synced', ({ state }) => {
-    emit({ event: 'synced', doc: name, state, text: ytext.toString() })
+    emit({ event: 'synced', doc: name, state, ...textFields(ytext, opts.summary) })
   })
   provider.on('unsyncedChanges', ({ number }) => emit({ event: 'unsynced', doc: name, n: number }))
   provider.on('authenticated', ({ scope }) => emit({ event: 'authenticated', doc: name, scope }))
@@ -90,7 +92,7 @@ for (const name of docNames) {
       emitError(err, { doc: name, where: 'peek' })
     }
   })
-  watchText(name, ytext)
+  watchText(name, ytext, opts.summary)
   watchAwareness(name, provider.awareness)
   if (opts.name) provider.awareness.setLocalStateField('user', { name: opts.name })
   // With an external websocketProvider, 4.x does NOT attach by itself: nothing is sent

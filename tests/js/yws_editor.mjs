@@ -13,7 +13,7 @@ import * as Y from 'yjs'
 
 import {
   applyTextCommand, awarenessList, emit, emitError, exitClean, fatal, installCrashHandlers,
-  parseArgs, runCommandLoop, tracingWebSocket, waitClosed, watchAwareness, watchText
+  parseArgs, runCommandLoop, textFields, tracingWebSocket, waitClosed, watchAwareness, watchText
 } from './editor_common.mjs'
 
 installCrashHandlers()
@@ -23,7 +23,9 @@ const opts = parseArgs(process.argv.slice(2), {
   doc: '',
   token: '',
   name: '',
-  trace: false
+  trace: false,
+  // Big documents: text events carry length and SHA-256 instead of the text.
+  summary: false
 })
 if (!opts.url) fatal('--url is required')
 const docNames = opts.doc.split(',').map((s) => s.trim()).filter(Boolean)
@@ -57,7 +59,7 @@ for (const name of docNames) {
   }
   provider.on('status', ({ status }) => emit({ event: 'status', doc: name, status }))
   provider.on('sync', (state) => {
-    if (state) emit({ event: 'synced', doc: name, state, text: ytext.toString() })
+    if (state) emit({ event: 'synced', doc: name, state, ...textFields(ytext, opts.summary) })
   })
   provider.on('connection-close', (event) => {
     emit({ event: 'close', doc: name, code: event?.code ?? null, reason: event?.reason ?? '' })
@@ -65,7 +67,7 @@ for (const name of docNames) {
   provider.on('connection-error', (event) => {
     emit({ event: 'connection-error', doc: name, message: String(event?.message ?? event?.error ?? event) })
   })
-  watchText(name, ytext)
+  watchText(name, ytext, opts.summary)
   watchAwareness(name, provider.awareness)
   if (opts.name) provider.awareness.setLocalStateField('user', { name: opts.name })
   docs.set(name, { provider, ydoc, ytext })

@@ -15,6 +15,7 @@ from tether.protocol.session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
+    ChannelRefused,
     ChannelState,
     Incoming,
     QueueBudget,
@@ -281,12 +282,19 @@ def test_queue_overflow_is_a_session_violation():
     assert issubclass(QueueOverflow, SessionViolation)
 
 
-def test_one_document_too_many_on_a_connection_is_a_session_violation():
+def test_a_document_past_the_limit_is_refused_alone_and_not_remembered():
     session = ServerSession(SessionLimits(max_documents=2))
     feed(session, m.AuthToken("a", "t"))
     feed(session, m.Sync("b", SyncStep1(b"\x00")))
-    with pytest.raises(SessionViolation):
-        feed(session, m.AuthToken("c", "t"))
+    events = feed(session, m.AuthToken("c", "t"))
+    reason = "too many documents on one connection (max 2): close one to open another"
+    assert events == [
+        Reply(m.PermissionDenied("c", reason).encode()),
+        ChannelRefused("c", "max_documents"),
+    ]
+    assert feed(session, m.Sync("c", SyncStep1(b"\x00"))) == []  # nothing of it flows
+    assert session.channel_count == 2 and session.state_of("c") is None
+    assert session.grant("a", RW)[0] == Reply(m.Authenticated("a", RW).encode())  # others go on
     feed(session, m.Close("a"))
     assert feed(session, m.AuthToken("c", "t")) == [AuthRequested("c", "c", "t")]
 

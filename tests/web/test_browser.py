@@ -7,8 +7,11 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+from pycrdt import Doc, Text
 
+from tests.hostproc import REPO, HostProcess
 from tests.serverproc import ServerProcess
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -187,10 +190,16 @@ def test_a_page_without_access_sees_the_refusal_and_no_document_text(
     type_at_end(owner, "classified words")
     context = browser.new_context()
     page = context.new_page()
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
     page.goto(f"{web_server.http_url}/d/web-secret?token={web_server.token(['other-*'])}")
     expect(page.locator("#tether-refusal")).to_be_visible(timeout=15000)
     expect(page.locator("#tether-refusal")).to_contain_text("refused")
+    # Only the card: no leftover sidebar ("Here now", shortcuts) above it (issue 12).
+    expect(page.locator(".sidebar")).to_be_hidden()
+    expect(page.get_by_text("Here now")).to_be_hidden()
     assert "classified" not in page.content()
+    assert missing == []  # the favicon the page links is served
     context.close()
     owner.context.close()
 
@@ -250,3 +259,71 @@ def test_a_worker_crash_mid_suggestion_greys_the_ai_buttons_until_ai_is_back(
         assert all(re.match(r"AI unavailable: (?!AI)", title) for title in greyed), greyed
         expect(page.locator("[data-testid=ghost]")).to_have_count(0)
         page.context.close()
+
+
+def test_the_editor_works_mounted_under_a_prefix_in_a_fastapi_app(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """examples/fastapi_mount.py: pages at /collab/..., the bundle, /collab/ws and the index's
+    REST calls all under the prefix, in a real browser."""
+    pytest.importorskip("fastapi")
+    example = REPO / "examples" / "fastapi_mount.py"
+    with HostProcess(example, tmp_path, ready_path="/hello") as host:
+        pages = []
+        for _ in range(2):
+            context = browser.new_context(viewport={"width": 1000, "height": 520})
+            page = context.new_page()
+            page.goto(f"{host.http_url}/collab/d/mounted/doc")
+            expect(page.locator("body")).to_have_attribute("data-synced", "true", timeout=15000)
+            pages.append(page)
+        first, second = pages
+        type_at_end(first, "typed under /collab")
+        expect(second.locator(".cm-content")).to_contain_text("typed under /collab")
+        expect(first.locator("a.brand")).to_have_attribute("href", "/collab/")
+        reply = httpx.get(host.http_url + "/collab/api/documents/mounted/doc")
+        assert reply.json()["text"] == "typed under /collab"
+        index = first.context.new_page()
+        index.goto(f"{host.http_url}/collab/")
+        expect(index.locator('a[href="/collab/d/mounted/doc"]')).to_have_count(1, timeout=10000)
+        first.context.close()
+        second.context.close()
+
+
+@pytest.mark.slow
+def test_the_index_page_filters_by_name_and_deletes_after_a_confirm(
+    browser: Browser, web_server: ServerProcess
+) -> None:
+    token = web_server.token()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/octet-stream"}
+    for name in ("idx/alpha", "idx/beta", "idx/gamma"):
+        doc = Doc()
+        doc.get("content", type=Text).insert(0, name)
+        reply = httpx.put(
+            f"{web_server.http_url}/api/documents/{name}", content=doc.get_update(), headers=headers
+        )
+        assert reply.status_code == 200
+    context = browser.new_context()
+    page = context.new_page()
+    page.goto(f"{web_server.http_url}/?token={token}")
+    rows = page.locator("#tether-documents tbody tr")
+    expect(page.locator('tr[data-name="idx/beta"]')).to_be_visible(timeout=15000)
+    page.fill("#tether-search", "BET")
+    expect(page.locator('tr[data-name="idx/beta"]')).to_be_visible()
+    expect(page.locator('tr[data-name="idx/alpha"]')).to_be_hidden()
+    page.fill("#tether-search", "nothing-like-this")
+    expect(page.locator("#tether-index-status")).to_contain_text("No documents match")
+    page.fill("#tether-search", "idx/")
+    assert rows.filter(has_text="idx/").count() == 3
+    # Dismissing the confirm deletes nothing; accepting it deletes that one document.
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.click('tr[data-name="idx/alpha"] button.delete')
+    expect(page.locator('tr[data-name="idx/alpha"]')).to_be_visible()
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click('tr[data-name="idx/alpha"] button.delete')
+    expect(page.locator('tr[data-name="idx/alpha"]')).to_have_count(0)
+    expect(page.locator("#tether-index-status")).to_contain_text("Deleted")
+    gone = httpx.get(f"{web_server.http_url}/api/documents/idx/alpha", headers=headers)
+    assert gone.status_code == 404
+    kept = httpx.get(f"{web_server.http_url}/api/documents/idx/beta", headers=headers)
+    assert kept.status_code == 200
+    context.close()

@@ -3,10 +3,19 @@
 const TOKEN_KEY = "tether.token";
 const NAME_KEY = "tether.name";
 
-/** What the HTML shell put in window.TETHER ({auth: "jwt"|"none", document?: string}). */
+/**
+ * What the HTML shell put in window.TETHER ({auth: "jwt"|"none", document?: string, base:
+ * string}). `base` is where the server is mounted ("" at the root, "/collab" inside a host app).
+ */
 export function config() {
   const c = (typeof window !== "undefined" && window.TETHER) || {};
-  return { auth: c.auth === "none" ? "none" : "jwt", ...c };
+  const base = typeof c.base === "string" ? c.base.replace(/\/+$/, "") : "";
+  return { ...c, auth: c.auth === "none" ? "none" : "jwt", base };
+}
+
+/** A URL path on this tether server, under the prefix it is mounted at: at("/api/documents"). */
+export function at(path) {
+  return config().base + path;
 }
 
 /** A tiny DOM builder: h("div", {class: "x", onclick: f}, "text", child, ...). */
@@ -141,5 +150,5 @@ export function signInBox(message) {
 
 /** The href of a document's editor page; "/" inside names stays readable. */
 export function documentHref(name) {
-  return "/d/" + name.split("/").map(encodeURIComponent).join("/");
+  return at("/d/" + name.split("/").map(encodeURIComponent).join("/"));
 }

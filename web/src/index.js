@@ -1,7 +1,7 @@
 // tether's start page (/): the documents this token may open, and a box to open a new one.
 import "./common.css";
 import "./index.css";
-import { appRoot, config, currentToken, documentHref, h, rememberToken, signInBox, tokenClaims } from "./common.js";
+import { appRoot, at, config, currentToken, documentHref, h, rememberToken, signInBox, tokenClaims } from "./common.js";
 
 const cfg = config();
 const token = currentToken();
@@ -17,6 +17,16 @@ const nameInput = h("input", {
   required: true,
   maxlength: 512,
 });
+const searchInput = h("input", {
+  type: "search",
+  id: "tether-search",
+  placeholder: "filter by name",
+  autocomplete: "off",
+  "aria-label": "filter documents by name",
+  oninput: () => applyFilter(),
+});
+const statusEl = h("p", { id: "tether-index-status", class: "status", role: "status" });
+const readonlyToken = cfg.auth === "jwt" && tokenClaims(token).scope === "readonly";
 const signedIn = cfg.auth === "jwt" && token
   ? h(
       "span",
@@ -32,7 +42,7 @@ const signedIn = cfg.auth === "jwt" && token
           onclick: (e) => {
             e.preventDefault();
             rememberToken("");
-            location.replace("/");
+            location.replace(at("/"));
           },
         },
         "sign out",
@@ -41,7 +51,7 @@ const signedIn = cfg.auth === "jwt" && token
   : null;
 
 root.append(
-  h("header", { class: "topbar" }, h("a", { href: "/", class: "brand" }, "tether"), h("span", { class: "spacer" }), signedIn),
+  h("header", { class: "topbar" }, h("a", { href: at("/"), class: "brand" }, "tether"), h("span", { class: "spacer" }), signedIn),
   h(
     "main",
     { class: "index-main" },
@@ -60,6 +70,8 @@ root.append(
       nameInput,
       h("button", { type: "submit", class: "primary" }, "Open"),
     ),
+    searchInput,
+    statusEl,
     listEl,
   ),
 );
@@ -88,7 +100,7 @@ function formatBytes(n) {
 async function load() {
   let response;
   try {
-    response = await fetch("/api/documents", {
+    response = await fetch(at("/api/documents"), {
       headers: token ? { Authorization: `Bearer ${token}` } : {},
     });
   } catch (err) {
@@ -116,7 +128,7 @@ async function load() {
     h(
       "table",
       {},
-      h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Updated"), h("th", { class: "num" }, "Size"), h("th", {}, ""))),
+      h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Updated"), h("th", { class: "num" }, "Size"), h("th", {}, ""), h("th", {}, ""))),
       h(
         "tbody",
         {},
@@ -128,6 +140,23 @@ async function load() {
             h("td", {}, formatTime(d.updated_at)),
             h("td", { class: "num" }, formatBytes(d.stored_bytes)),
             h("td", {}, d.loaded ? h("span", { class: "badge", title: "open in an editor or in memory" }, "live") : ""),
+            h(
+              "td",
+              { class: "row-actions" },
+              readonlyToken
+                ? ""
+                : h(
+                    "button",
+                    {
+                      type: "button",
+                      class: "delete",
+                      title: `delete ${d.name}`,
+                      "aria-label": `delete ${d.name}`,
+                      onclick: () => remove(String(d.name)),
+                    },
+                    "Delete",
+                  ),
+            ),
           ),
         ),
       ),
@@ -135,5 +164,43 @@ async function load() {
   );
 }
 
-load();
+// Search filters the rows already listed (by name, case-insensitive): no request per key.
+function applyFilter() {
+  const needle = searchInput.value.trim().toLowerCase();
+  const rows = listEl.querySelectorAll("tbody tr");
+  let shown = 0;
+  for (const row of rows) {
+    const match = !needle || row.dataset.name.toLowerCase().includes(needle);
+    row.hidden = !match;
+    if (match) shown += 1;
+  }
+  if (rows.length) statusEl.textContent = needle && !shown ? `No documents match “${searchInput.value.trim()}”.` : "";
+}
+
+async function remove(name) {
+  if (!confirm(`Delete “${name}”? Its text and saved versions are gone for good, and anyone editing it is disconnected.`)) return;
+  let response;
+  try {
+    response = await fetch(at(`/api/documents/${name.split("/").map(encodeURIComponent).join("/")}`), {
+      method: "DELETE",
+      headers: token ? { Authorization: `Bearer ${token}` } : {},
+    });
+  } catch (err) {
+    statusEl.textContent = `Could not reach the server: ${err.message}`;
+    return;
+  }
+  if (!response.ok) {
+    let reason = `the server answered ${response.status}`;
+    try {
+      reason = (await response.json()).error || reason;
+    } catch {}
+    statusEl.textContent = `Could not delete “${name}”: ${reason}.`;
+    return;
+  }
+  statusEl.textContent = `Deleted “${name}”.`;
+  for (const row of listEl.querySelectorAll("tbody tr")) if (row.dataset.name === name) row.remove();
+  if (!listEl.querySelector("tbody tr")) listEl.replaceChildren(h("p", { class: "empty" }, "No documents yet: name one above to start writing."));
+}
+
+load().then(applyFilter);
 nameInput.focus();

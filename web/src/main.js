@@ -25,8 +25,10 @@ import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
 import { markdown } from "@codemirror/lang-markdown";
 import { yCollab, yUndoManagerKeymap } from "y-codemirror.next";
 import { guardPresence } from "./presence.js";
+import { fallbackSocketClass } from "./transport.js";
 import {
   appRoot,
+  at,
   config,
   currentToken,
   displayName,
@@ -73,7 +75,8 @@ let websocketProvider = null;
 let view = null;
 
 function documentNameFromPath(path) {
-  const match = /^\/d\/(.+)$/.exec(path);
+  const prefix = at("/d/");
+  const match = path.startsWith(prefix) ? [path, path.slice(prefix.length)] : null;
   if (!match) return "";
   try {
     return decodeURIComponent(match[1]);
@@ -105,12 +108,34 @@ const presenceEl = h("ul", { id: "tether-presence", class: "presence" });
 const rewritePanel = h("div", { id: "tether-rewrite-panel", class: "rewrite-panel", hidden: true });
 const editorEl = h("section", { id: "tether-editor", class: "editor", "aria-label": "document" });
 const refusalEl = h("div", { id: "tether-refusal", class: "refusal", role: "alert", hidden: true });
+const sidebarEl = h(
+  "aside",
+  { class: "sidebar", id: "tether-sidebar" },
+  h("h2", {}, "Here now"),
+  presenceEl,
+  rewritePanel,
+  h(
+    "details",
+    { class: "help" },
+    h("summary", {}, "Shortcuts"),
+    h(
+      "ul",
+      {},
+      h("li", {}, h("kbd", {}, "Tab"), " accept the grey suggestion"),
+      h("li", {}, h("kbd", {}, "Esc"), " dismiss it"),
+      h("li", {}, h("kbd", {}, "Ctrl/Cmd+Space"), " ask for one now"),
+      h("li", {}, h("kbd", {}, "Ctrl/Cmd+Shift+R"), " rewrite the selection"),
+    ),
+  ),
+);
+// The editor and its sidebar: hidden as a whole on a refusal, so only the card shows.
+const layoutEl = h("main", { class: "layout", id: "tether-layout" }, editorEl, sidebarEl);
 
 root.append(
   h(
     "header",
     { class: "topbar" },
-    h("a", { href: "/", class: "brand", title: "all documents" }, "tether"),
+    h("a", { href: at("/"), class: "brand", title: "all documents" }, "tether"),
     h("span", { class: "docname", id: "tether-docname" }, documentName || "(no document)"),
     statusEl,
     pendingEl,
@@ -120,31 +145,7 @@ root.append(
     suggestButton,
     rewriteButton,
   ),
-  h(
-    "main",
-    { class: "layout" },
-    editorEl,
-    h(
-      "aside",
-      { class: "sidebar" },
-      h("h2", {}, "Here now"),
-      presenceEl,
-      rewritePanel,
-      h(
-        "details",
-        { class: "help" },
-        h("summary", {}, "Shortcuts"),
-        h(
-          "ul",
-          {},
-          h("li", {}, h("kbd", {}, "Tab"), " accept the grey suggestion"),
-          h("li", {}, h("kbd", {}, "Esc"), " dismiss it"),
-          h("li", {}, h("kbd", {}, "Ctrl/Cmd+Space"), " ask for one now"),
-          h("li", {}, h("kbd", {}, "Ctrl/Cmd+Shift+R"), " rewrite the selection"),
-        ),
-      ),
-    ),
-  ),
+  layoutEl,
   refusalEl,
 );
 document.title = `${documentName} · tether`;
@@ -163,7 +164,7 @@ if (!documentName) {
 const ydoc = new Y.Doc();
 const ytext = ydoc.getText("content");
 websocketProvider = new HocuspocusProviderWebsocket({
-  url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + "/ws",
+  url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + at("/ws"),
   // Reconnect quickly after a server restart, never give up.
   // (@lifeomic/attempt refuses delay < minDelay: keep delay >= minDelay, all integers.)
   delay: 1000,
@@ -171,6 +172,8 @@ websocketProvider = new HocuspocusProviderWebsocket({
   factor: 1.5,
   maxDelay: 5000,
   maxAttempts: 0,
+  // A WebSocket, or the same frames over HTTP when proxies refuse or kill sockets.
+  WebSocketPolyfill: fallbackSocketClass({ token, onTransport: showTransport }),
 });
 websocketProvider.on("maxAttemptsFailed", ({ error }) => {
   console.error("tether: cannot connect", error);
@@ -193,8 +196,22 @@ let writable = false;
 
 function setConnection(state, label) {
   statusEl.className = `chip status-${state}`;
-  statusEl.textContent = label;
+  statusEl.textContent = state === "connected" && transport ? `${label} · ${TRANSPORT_NAMES[transport]}` : label;
+  statusEl.title = transport ? `transport: ${TRANSPORT_NAMES[transport]}` : "";
   document.body.dataset.connection = state;
+}
+
+// Which way the frames travel (transport.js): said in the status pill, so an editor behind a
+// proxy that blocks WebSockets knows why it is a little slower.
+const TRANSPORT_NAMES = { ws: "WebSocket", "http-stream": "HTTP stream", "http-poll": "HTTP polling" };
+let transport = null;
+
+function showTransport(kind) {
+  transport = kind;
+  document.body.dataset.transport = kind;
+  if (!refused && websocketProvider && websocketProvider.status === "connected") {
+    setConnection("connected", "connected");
+  }
 }
 
 websocketProvider.on("status", ({ status }) => {
@@ -253,6 +270,7 @@ function renderPending() {
 /** Refused: no document text on screen, the reason, and a way to sign in. */
 function refuse(message, offerSignIn) {
   refused = true;
+  layoutEl.hidden = true;
   editorEl.hidden = true;
   editorEl.replaceChildren();
   presenceEl.replaceChildren();
@@ -267,7 +285,7 @@ function refuse(message, offerSignIn) {
     h("h2", {}, "No access"),
     h("p", { id: "tether-refusal-message" }, message),
     offerSignIn ? signInBox("Sign in with a token that allows this document.") : null,
-    h("p", {}, h("a", { href: "/" }, "All documents")),
+    h("p", {}, h("a", { href: at("/") }, "All documents")),
   );
   refusalEl.hidden = false;
   // Stop syncing (never send anything after a refusal), then drop the text from the page.

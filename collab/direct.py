@@ -1,0 +1,80 @@
+"""A server-side connection to one document: the host app opens it, edits it as CRDT changes
+with an origin of its own, reads it and closes it, with the durability of an editor's edit.
+
+Knows nothing of sockets. Edits go through ``Room.edit``, the path an accepted AI suggestion
+takes: applied in one transaction with the origin, broadcast to every editor, passed to the
+``on_change``/``on_store``/``after_store`` hooks, and stored; ``edit`` returns once the store
+says it is durable, which is what an editor's SyncStatus ack means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pycrdt import Doc, Text
+
+from .room import Room
+
+TEXT_NAME = "content"  # the shared Y.Text every tether editor binds to
+
+
+class DocumentClosed(RuntimeError):
+    """The direct connection's ``async with`` block has ended."""
+
+
+class DirectConnection:
+    """``async with server.open_document(name, origin="my-app") as document:``.
+
+    ``document.doc`` is the live pycrdt ``Doc`` (read it freely; change it only through
+    ``edit``, or editors and the store would not hear of the change)."""
+
+    def __init__(self, room: Room, origin: object) -> None:
+        self._room = room
+        self.origin = origin
+        self.closed = False
+
+    @property
+    def name(self) -> str:
+        return self._room.name
+
+    @property
+    def doc(self) -> Doc:
+        return self._room.doc
+
+    @property
+    def text(self) -> Text:
+        """The ``Y.Text`` the web editor binds to (named "content")."""
+        return self._room.doc.get(TEXT_NAME, type=Text)
+
+    def read(self) -> str:
+        return str(self.text)
+
+    async def edit(self, change: Callable[[Doc], None]) -> None:
+        """Run ``change(doc)`` as one CRDT transaction with this connection's origin; returns
+        once it is stored durably (raises ``StorageError`` if the store failed). A change that
+        raises still publishes what it did before (pycrdt has no rollback), then re-raises."""
+        if self.closed:
+            raise DocumentClosed(f"the direct connection to {self.name!r} is closed")
+        failure: list[BaseException] = []
+
+        def guarded(doc: Doc) -> None:
+            try:
+                change(doc)
+            except Exception as exc:
+                failure.append(exc)
+
+        await self._room.edit(guarded, self.origin)
+        if failure:
+            raise failure[0]
+
+    async def insert(self, index: int, value: str) -> None:
+        """Insert into the editor's text at ``index``, as pycrdt's ``Text`` counts."""
+        await self.edit(lambda doc: doc.get(TEXT_NAME, type=Text).insert(index, value))
+
+    async def append(self, value: str) -> None:
+        await self.edit(lambda doc: _append(doc, value))
+
+
+def _append(doc: Doc, value: str) -> None:
+    text = doc.get(TEXT_NAME, type=Text)
+    text += value

@@ -1,0 +1,29 @@
+"""uvicorn's Server, saying where tether serves once it is really listening."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from pathlib import Path
+
+import uvicorn
+
+log = logging.getLogger("tether")
+
+
+class AnnouncingServer(uvicorn.Server):
+    """Logs "tether serving on ..." after the bind (a failed bind never claims to serve), with
+    the port the kernel chose when 0 was asked for."""
+
+    def __init__(self, config: uvicorn.Config, data_dir: Path) -> None:
+        super().__init__(config)
+        self._data_dir = data_dir
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if not self.started:
+            return
+        for listener in self.servers:
+            for bound in listener.sockets:
+                host, port = bound.getsockname()[:2]
+                log.info("tether serving on http://%s:%d (data in %s)", host, port, self._data_dir)

@@ -1,0 +1,45 @@
+"""tether: a collaborative-editing sync server (Yjs-compatible) with AI suggestions, as a
+Python API for host apps. The public surface is what this module exports; see the README,
+"Embedding tether".
+
+The code lives in three packages, ``tether.collab`` (documents, rooms, the server),
+``tether.ai`` and ``tether.protocol`` (sans-IO wire format and the Python client). Installed,
+they are subpackages of ``tether``, so a host app with its own ``protocol`` or ``collab``
+module is unaffected. In a source checkout they stay at the repository's top level
+(``collab/``, ``ai/``, ``protocol/``): this package then reaches them through its ``__path__``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path as _Path
+
+_HERE = _Path(__file__).resolve().parent
+if not (_HERE / "collab").is_dir() and (_HERE.parent / "collab" / "__init__.py").is_file():
+    __path__.append(str(_HERE.parent))  # a source checkout: tether.collab is ../collab
+
+from tether.collab.auth import AuthError, Grant  # noqa: E402
+from tether.collab.config import Settings  # noqa: E402
+from tether.collab.direct import DirectConnection, DocumentClosed  # noqa: E402
+from tether.collab.hooks import AuthRequest, ConnectionInfo, Extension  # noqa: E402
+from tether.collab.room import Room  # noqa: E402
+from tether.collab.server import NotStarted, TetherServer, create_app  # noqa: E402
+from tether.collab.storage import StorageError, Store  # noqa: E402
+from tether.collab.version import VERSION as __version__  # noqa: E402
+
+__all__ = [
+    "AuthError",
+    "AuthRequest",
+    "ConnectionInfo",
+    "DirectConnection",
+    "DocumentClosed",
+    "Extension",
+    "Grant",
+    "NotStarted",
+    "Room",
+    "Settings",
+    "StorageError",
+    "Store",
+    "TetherServer",
+    "__version__",
+    "create_app",
+]
