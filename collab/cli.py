@@ -93,6 +93,15 @@ _HELP = {
     "openai_model": "model name sent upstream",
     "openai_api_key": "bearer key for the upstream",
     "openai_api": "chat (/chat/completions) or completions (/completions)",
+    "store": "'' (SQLite in data_dir) or postgresql://user@host:port/db shared by all nodes",
+    "bus": "redis://host:port/0: relays committed updates and presence between nodes",
+    "node_id": "this node's name on the bus and in /health (default: host-pid)",
+    "store_outage_timeout": "seconds writes wait (unacked) for PostgreSQL before failing",
+    "store_queue_bytes": "bytes of writes that may wait for PostgreSQL; more fail at once",
+    "bus_queue_bytes": "bytes waiting to be published to Redis; beyond it entries are dropped",
+    "bus_stream_length": "entries kept in each document's Redis stream (approximate)",
+    "bus_reconcile_interval": "seconds between checks of loaded documents against PostgreSQL",
+    "bus_presence_ttl": "seconds another node's editor's presence lasts without news",
 }
 
 
@@ -104,6 +113,8 @@ _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands id
 _STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
 _BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
+_CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback balancer"
+_CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 
 
@@ -164,6 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--sub", default="user")
     token.add_argument("--name", default=None)
 
+    cluster = commands.add_parser("cluster", help=_CLUSTER_HELP)
+    if "cluster" in (sys.argv[1:] if argv is None else argv):
+        from .bench.cluster_launch import add_cluster_arguments
+
+        add_cluster_arguments(cluster)
+
     bench = commands.add_parser("bench", help="benchmarks (not tests)")
     bench_kinds = bench.add_subparsers(dest="bench", required=True)
     words = sys.argv[1:] if argv is None else argv
@@ -182,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
         add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
         add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
+        from .bench.cluster_sync import add_cluster_bench_arguments
+
+        add_cluster_bench_arguments(bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP))
         add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
         add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
@@ -191,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("model", help=_MODEL_HELP)
         bench_kinds.add_parser("startup", help=_STARTUP_HELP)
         bench_kinds.add_parser("worker", help=_WORKER_HELP)
+        bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP)
         bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
         bench_kinds.add_parser("storm", help=_STORM_HELP)
         bench_kinds.add_parser("idle", help=_IDLE_HELP)
@@ -200,6 +221,14 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args)
     if args.command == "token":
         return _token(args)
+    if args.command == "cluster":
+        from .bench.cluster_launch import run_cluster
+
+        return run_cluster(args)
+    if args.bench == "cluster":
+        from .bench.cluster_sync import run_cluster_bench
+
+        return run_cluster_bench(args)
     if args.bench == "worker":
         from .bench.worker_hop import run_worker_bench
 

@@ -132,6 +132,24 @@ class Settings:
     openai_model: str = ""
     openai_api_key: str = ""
     openai_api: str = "chat"
+    # Scale-out (collab.cluster): "" keeps the embedded SQLite store in data_dir; a
+    # postgresql://user@host/db DSN shares one PostgreSQL between nodes. bus: redis://host:port
+    # relays committed updates and presence between nodes (needs a PostgreSQL store).
+    store: str = ""
+    bus: str = ""
+    node_id: str = ""  # names this node on the bus and in /health; default host-pid
+    # PostgreSQL unreachable: writes wait (unacked) this long, then fail; at most this many
+    # bytes of writes wait, beyond it new ones fail at once.
+    store_outage_timeout: float = 30.0
+    store_queue_bytes: int = 64 * 1024 * 1024
+    # Updates and presence waiting to be published while Redis is slow; beyond it they are
+    # dropped (counted) and reconciliation from PostgreSQL delivers the updates.
+    bus_queue_bytes: int = 16 * 1024 * 1024
+    bus_stream_length: int = 10_000  # entries kept per document stream (approximate trim)
+    # Every loaded document's head is compared with PostgreSQL this often: what the bus lost
+    # (Redis down, a node killed between COMMIT and XADD) is backfilled within it.
+    bus_reconcile_interval: float = 1.0
+    bus_presence_ttl: float = 30.0  # another node's editor's presence without news expires
 
     def __post_init__(self) -> None:
         """Types are checked here, at construction: ``data_dir`` may be any path-like (a str
@@ -185,6 +203,12 @@ class Settings:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
         if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
             raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
+        if self.store and not self.store.startswith(("postgresql://", "postgres://")):
+            raise ValueError("store must be empty (SQLite) or a postgresql:// DSN")
+        if self.bus and not (self.store and self.bus.startswith(("redis://", "rediss://"))):
+            raise ValueError("bus must be a redis:// URL, and needs a postgresql:// store")
+        if self.store_outage_timeout < 0 or self.bus_reconcile_interval <= 0:
+            raise ValueError("store_outage_timeout must be >= 0, bus_reconcile_interval > 0")
         if not 4096 <= self.initial_sync_piece_bytes <= self.max_outgoing_message_bytes:
             raise ValueError(
                 "initial_sync_piece_bytes must be at least 4096 and at most"

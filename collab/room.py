@@ -18,6 +18,7 @@ from typing import Any
 
 from pycrdt import Doc
 
+from tether.protocol.lib0 import write_var_uint8_array
 from tether.protocol.sync import (
     EMPTY_UPDATE,
     AwarenessEntry,
@@ -25,6 +26,7 @@ from tether.protocol.sync import (
     SyncStep1,
     SyncStep2,
     SyncUpdate,
+    encode_awareness,
 )
 from tether.protocol.update_scan import MalformedUpdate, scan_update
 from tether.protocol.update_split import split_update
@@ -153,6 +155,9 @@ class Room:
         self._step1_after_reload: dict[Peer, bytes] = {}
         self.closing = False
         self.on_empty: Callable[[Room], None] | None = None
+        # Scale-out (collab.cluster): presence bodies to relay to other nodes, and theirs.
+        self.on_presence: Callable[[bytes], None] | None = None
+        self.remote_presence: Callable[[], list[AwarenessEntry]] | None = None
         # Server-side direct connections holding the room loaded (RoomManager.hold).
         self.holders = 0
         # The document was deleted (RoomManager.delete): nothing more is applied or stored.
@@ -185,7 +190,7 @@ class Room:
         self.peers.add(peer)
         self._acks[peer] = _AckQueue(peer)
         peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
-        if self.presence.entries:
+        if self.presence.entries or (self.remote_presence and self.remote_presence()):
             self.send_presence(peer)
 
     def initial_sync_done(self, peer: Peer) -> None:
@@ -444,21 +449,57 @@ class Room:
         if body is not None:
             # Echo to the sender too: y-websocket clients treat silence as a dead connection.
             self._broadcast(body, exclude=None, sync=False)
+            if self.on_presence is not None:
+                self.on_presence(body)
 
     def send_presence(self, peer: Peer) -> None:
         """Everyone's presence to one peer (a QueryAwareness, or joining); coalesced like step1."""
         if peer.answer_pending(_PRESENCE_SNAPSHOT):
             self._refuse(peer, "repeated_query_awareness", "presence asked while one is queued")
             return
-        peer.send_answer(peer.awareness_header + self.presence.snapshot(), _PRESENCE_SNAPSHOT)
+        peer.send_answer(peer.awareness_header + self.awareness_snapshot(), _PRESENCE_SNAPSHOT)
 
     def awareness_snapshot(self) -> bytes:
-        return self.presence.snapshot()
+        if self.remote_presence is None:
+            return self.presence.snapshot()
+        entries = [*self.presence.entries.values(), *self.remote_presence()]
+        return write_var_uint8_array(encode_awareness(entries))
+
+    def broadcast_presence(self, body: bytes) -> None:
+        """Another node's presence body, to every peer here."""
+        self._broadcast(body, exclude=None, sync=False)
+
+    def apply_remote(self, update: bytes, origin: object, *, in_order: bool = False) -> bool:
+        """An update another node committed: applied and sent to every peer here, not stored
+        (it is). False if its dependencies are missing here (the caller backfills first);
+        ``in_order`` (everything numbered before it is applied) parks it as pending instead,
+        as a load does: what it lacks was never committed, and waiting would wait forever."""
+        try:
+            scan = scan_update(update)
+            parents = self.guard.check(scan)
+        except MissingDependencies:
+            if not in_order:
+                return False
+            log.warning("a committed update of %r lacks dependencies: pending", self.name)
+            apply_update(self.doc, update, origin=origin)
+            self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
+            return True
+        except (MalformedUpdate, UpdateRefused) as exc:
+            # Another node's guard admitted it; ours must not loop on it.
+            log.error("skipped a committed update of %r from another node: %s", self.name, exc)
+            return True
+        apply_update(self.doc, update, origin=origin)
+        self.guard.admit(scan, parents)
+        self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
+        self._hooks.on_change(self, update, origin)
+        return True
 
     def _remove_presence(self, peer: Peer) -> None:
         body = self.presence.remove_peer(peer)
         if body is not None:
             self._broadcast(body, exclude=None, sync=False)
+            if self.on_presence is not None:
+                self.on_presence(body)
 
     def _refuse(self, peer: Peer, limit: str, detail: str) -> None:
         refuse(

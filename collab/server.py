@@ -36,6 +36,7 @@ from tether.protocol.session import QueueBudget
 from .address_limit import ConnectionsPerAddress
 from .auth import Authenticator, AuthError, Grant
 from .close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
+from .cluster import Cluster, build_store
 from .config import Settings
 from .context import ServerContext, valid_document_name
 from .direct import TEXT_NAME, DirectConnection
@@ -49,7 +50,6 @@ from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
 from .rest_documents import DocumentsApi
 from .rooms import RoomManager
-from .sqlite_store import SQLiteStore
 from .storage import Store
 from .version import VERSION
 from .web_extras import FAVICON_PATH, favicon, openapi
@@ -161,6 +161,7 @@ class TetherServer:
         self.rooms: RoomManager | None = None
         self.ai: Any = None  # ai.engine.AiEngine when suggestions are on
         self.context: ServerContext | None = None
+        self.cluster: Cluster | None = None
         self._given_store = store
         self._stack: contextlib.AsyncExitStack | None = None
         self.origins = OriginPolicy.from_settings(settings.allowed_origins, auth=settings.auth)
@@ -193,10 +194,16 @@ class TetherServer:
         await stack.__aenter__()
         try:
             backend = await stack.enter_async_context(
-                self._given_store or SQLiteStore(settings.data_dir / "tether.db")
+                self._given_store or build_store(settings, self.metrics)
             )
             rooms = self._room_manager(backend)
             stack.push_async_callback(rooms.close)
+            # Scale-out (--bus): fan-out across nodes and backfill; a no-op on one node.
+            self.cluster = await stack.enter_async_context(
+                Cluster(settings, backend, rooms, self.metrics)
+            )
+            self.hooks.add(self.cluster)
+            stack.callback(self.hooks.remove, self.cluster)
             engine = await _start_ai(settings, stack, self.metrics)
             if engine is not None:
                 self.hooks.add(engine)
@@ -234,7 +241,7 @@ class TetherServer:
             if stack is not None:
                 await stack.aclose()
         finally:
-            self.store, self.rooms, self.ai = None, None, None
+            self.store, self.rooms, self.ai, self.cluster = None, None, None, None
 
     async def __aenter__(self) -> TetherServer:
         await self.start()
@@ -319,10 +326,17 @@ class TetherServer:
             ai = engine.status.current.health()
         else:
             ai = {"state": "off", "reason": "AI suggestions are off (--ai-provider none)"}
-        loaded = len(ctx.rooms.rooms)
-        return JSONResponse(
-            {"status": "ok", "version": VERSION, "documents_loaded": loaded, "ai": ai}
-        )
+        body = {
+            "status": "ok",
+            "version": VERSION,
+            "documents_loaded": len(ctx.rooms.rooms),
+            "ai": ai,
+        }
+        if self.cluster is not None:
+            body.update(await self.cluster.health())  # node, database, bus
+            if body["database"]["state"] != "ok":
+                body["status"] = "degraded"  # edits wait, unacked, until the database returns
+        return JSONResponse(body)
 
     async def metrics_endpoint(self, request: Request) -> Response:
         refusal = _metrics_refusal(request, self.settings.metrics_token)

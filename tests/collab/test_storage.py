@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tether.collab.pg_store import PostgresStore
 from tether.collab.sqlite_store import SCHEMA_VERSION, SQLiteStore
 from tether.collab.storage import MemoryStore, StorageError, Store
 
@@ -33,10 +34,13 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "data" / "tether.db"  # a missing parent: the store creates it
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def make_store(request: pytest.FixtureRequest, db_path: Path) -> Callable[[], Store]:
     if request.param == "memory":
         return MemoryStore
+    if request.param == "postgres":
+        dsn = request.getfixturevalue("pg_dsn")  # only these tests need a PostgreSQL
+        return lambda: PostgresStore(dsn)
     return lambda: SQLiteStore(db_path)
 
 

@@ -1,0 +1,207 @@
+"""PostgresStore beyond the shared Store promises: numbering, several nodes, outages.
+
+A real PostgreSQL (the session's ``postgres`` fixture), a database per test; two stores on one
+database stand for two nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import anyio
+import asyncpg
+import pytest
+
+from tether.collab.bench.engines import PostgresServer
+from tether.collab.pg_store import PostgresStore, SeqWatermark
+from tether.collab.storage import StorageError
+
+TIMEOUT = 30
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def _rows(dsn: str, name: str) -> list[tuple[int, bytes]]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT seq, data FROM tether_updates WHERE name = $1 ORDER BY seq", name
+        )
+        return [(int(r["seq"]), bytes(r["data"])) for r in rows]
+    finally:
+        await conn.close()
+
+
+async def _stored(dsn: str, name: str) -> list[bytes]:
+    conn = await asyncpg.connect(dsn)
+    try:
+        snap = await conn.fetchval("SELECT snapshot FROM tether_documents WHERE name = $1", name)
+    finally:
+        await conn.close()
+    head = [] if snap is None else [bytes(snap)]
+    return head + [data for _, data in await _rows(dsn, name)]
+
+
+def test_a_watermark_advances_only_over_a_contiguous_run():
+    mark = SeqWatermark()
+    for seq in (2, 3, 5):
+        mark.add(seq)
+    assert mark.mark == 0 and mark.holds(5) and not mark.holds(4)
+    mark.add(1)
+    assert mark.mark == 3
+    mark.raise_to(4)
+    assert mark.mark == 5 and not mark.ahead
+
+
+@pytest.mark.anyio
+async def test_two_nodes_appending_one_document_get_one_gap_free_sequence(pg_dsn):
+    with anyio.fail_after(TIMEOUT):
+        async with PostgresStore(pg_dsn) as one, PostgresStore(pg_dsn) as two:
+            seen: list[tuple[str, int]] = []
+            one.on_commit = lambda items: seen.extend(("one", s) for _, s, _ in items)
+            two.on_commit = lambda items: seen.extend(("two", s) for _, s, _ in items)
+            writes = []
+            for i in range(200):
+                writes.append(one.append("doc", f"a{i}".encode()))
+                writes.append(two.append("doc", f"b{i}".encode()))
+            await asyncio.gather(*writes)
+            rows = await _rows(pg_dsn, "doc")
+            assert [seq for seq, _ in rows] == list(range(1, 401))
+            assert sorted(s for _, s in seen) == list(range(1, 401))
+            assert {data for _, data in rows} == {
+                f"{p}{i}".encode() for p in "ab" for i in range(200)
+            }
+            assert one.commits + two.commits < 400  # batched: group commit on both nodes
+
+
+@pytest.mark.anyio
+async def test_compaction_never_folds_what_another_node_committed_unseen(pg_dsn):
+    with anyio.fail_after(TIMEOUT):
+        async with PostgresStore(pg_dsn) as one, PostgresStore(pg_dsn) as two:
+            assert await one.load("doc") == [] and await two.load("doc") == []
+            await one.append("doc", b"from-one")  # seq 1: one holds it
+            await two.append("doc", b"from-two")  # seq 2: one has not seen it
+            await one.compact("doc", b"snap-of-one")
+            assert await one.load("doc") == [b"snap-of-one", b"from-two"]
+            info = await one.info("doc")
+            assert info is not None and info.log_entries == 1
+
+
+@pytest.mark.anyio
+async def test_two_nodes_compacting_concurrently_lose_nothing(pg_dsn):
+    with anyio.fail_after(TIMEOUT):
+        async with PostgresStore(pg_dsn) as one, PostgresStore(pg_dsn) as two:
+            await one.load("doc")
+            await two.load("doc")
+            for round_ in range(20):
+                a = one.append("doc", f"a{round_}".encode())
+                b = two.append("doc", f"b{round_}".encode())
+                await asyncio.gather(a, b)
+                # Each node's "document" holds its own updates only, so each snapshot names
+                # them; both compact at once. What neither snapshot holds must stay in the log.
+                held_one = [f"a{r}" for r in range(round_ + 1)]
+                held_two = [f"b{r}" for r in range(round_ + 1)]
+                await asyncio.gather(
+                    one.compact("doc", ",".join(held_one).encode()),
+                    two.compact("doc", ",".join(held_two).encode()),
+                )
+                stored = await _stored(pg_dsn, "doc")  # not load(): that moves a watermark
+                everything = set()
+                for blob in stored:
+                    everything.update(blob.decode().split(","))
+                expected = {f"{p}{r}" for p in "ab" for r in range(round_ + 1)}
+                assert expected <= everything, (round_, stored)
+
+
+@pytest.mark.anyio
+async def test_a_backfill_after_compaction_brings_the_snapshot_and_the_rest(pg_dsn):
+    with anyio.fail_after(TIMEOUT):
+        async with PostgresStore(pg_dsn) as store:
+            await store.load("doc")
+            for data in (b"1", b"2", b"3"):
+                await store.append("doc", data)
+            await store.compact("doc", b"snap-3")
+            await store.append("doc", b"4")
+            behind = await store.backfill("doc", 1)
+            assert (behind.snapshot, behind.snapshot_seq, behind.updates) == (
+                b"snap-3",
+                3,
+                [(4, b"4")],
+            )
+            current = await store.backfill("doc", 3)
+            assert (current.snapshot, current.updates) == (None, [(4, b"4")])
+            assert await store.heads(["doc", "nobody"]) == {"doc": 4}
+
+
+@pytest.mark.anyio
+async def test_no_append_is_acked_while_the_database_is_down_and_they_commit_when_it_returns(
+    own_postgres: PostgresServer,
+):
+    postgres = own_postgres
+    dsn = postgres.create_database("outage")
+    with anyio.fail_after(90):
+        async with PostgresStore(dsn, outage_timeout=60) as store:
+            await store.append("doc", b"before")
+            postgres.stop()
+            try:
+                writes = [
+                    asyncio.ensure_future(store.append("doc", f"w{i}".encode())) for i in range(5)
+                ]
+                # The writer retries (backing off to 1 s); a second of retries acks nothing.
+                done, _ = await asyncio.wait(writes, timeout=1.5)
+                assert not done
+                assert not store.available
+            finally:
+                postgres.start()
+            assert await asyncio.gather(*writes) == [2, 3, 4, 5, 6]
+            assert [data for _, data in await _rows(dsn, "doc")] == [b"before"] + [
+                f"w{i}".encode() for i in range(5)
+            ]
+            assert store.available
+
+
+@pytest.mark.anyio
+async def test_an_outage_longer_than_the_timeout_fails_the_writes_clearly(
+    own_postgres: PostgresServer,
+):
+    postgres = own_postgres
+    dsn = postgres.create_database("outage_timeout")
+    with anyio.fail_after(60):
+        async with PostgresStore(dsn, outage_timeout=0.5) as store:
+            await store.append("doc", b"before")
+            postgres.stop()
+            try:
+                with pytest.raises(StorageError):
+                    await store.append("doc", b"lost")
+            finally:
+                postgres.start()
+            assert await store.append("doc", b"after") == 2
+
+
+@pytest.mark.anyio
+async def test_writes_beyond_store_queue_bytes_fail_at_once_while_the_database_is_down(
+    own_postgres: PostgresServer,
+):
+    postgres = own_postgres
+    dsn = postgres.create_database("backlog")
+    refused: list[str] = []
+    with anyio.fail_after(60):
+        async with PostgresStore(
+            dsn, outage_timeout=60, queue_bytes=1000, on_refusal=refused.append
+        ) as store:
+            await store.append("doc", b"before")
+            postgres.stop()
+            try:
+                # Counted when called (the ordering contract), so the bound holds at once.
+                waiting = asyncio.ensure_future(store.append("doc", b"x" * 900))
+                with pytest.raises(StorageError):
+                    await store.append("doc", b"y" * 200)  # over the bound: refused now
+                assert refused == ["store_queue_bytes"]
+                assert not waiting.done()
+            finally:
+                postgres.start()
+            assert await waiting == 2  # the one within the bound commits when it returns
+            assert await store.append("doc", b"y" * 200) == 3
