@@ -301,9 +301,6 @@ def _serve(args: argparse.Namespace) -> int:
         # would give its lines another); log_level still sets their levels.
         log_config=None,
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
-        # websockets' sans-I/O implementation: no reader, keepalive and closer tasks of its own
-        # per connection (the legacy one's), so an idle socket costs less memory and no wakeups.
-        ws="websockets-sansio",
         ws_max_size=settings.max_frame_bytes * 2,
         ws_ping_interval=settings.ping_interval,
         # Past our own app-level idle close, so that one (4000, clear reason) wins.

@@ -23,6 +23,7 @@ from tests.metrics_scrape import metric_value, metrics_text
 from tests.netproxy import NetProxy
 from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
+from tether.client import TetherClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -102,3 +103,22 @@ async def test_a_20mb_document_loads_through_a_256kbs_throttle_in_one_connection
             elapsed = await load(kind, proxy.port, server, name, digest)
         assert proxy.connections == 1  # the client's timers stayed alive: no reconnect
     print(f"{kind} through a 256 KB/s throttle: {elapsed:.1f} s")
+
+
+async def test_a_20mb_document_loads_over_the_http_transport_in_pieces(big):
+    """The HTTP fallback carries the same chunked initial sync: the document arrives in
+    pieces (each one event of the stream), in one session, with all its text."""
+    server, name, digest = big
+    pieces_before = await sync_pieces(server)
+    started = time.monotonic()
+    with anyio.fail_after(300):
+        async with TetherClient(
+            server.ws_url, token=server.token([name]), transport="http"
+        ) as client:
+            doc = await client.open(name, timeout=300)
+            elapsed = time.monotonic() - started
+            assert hashlib.sha256(str(doc).encode()).hexdigest() == digest
+            assert client.connects == 1 and client.transport_in_use == "http"
+    pieces = await sync_pieces(server) - pieces_before
+    assert pieces >= DOCUMENT_BYTES // (256 * 1024)
+    print(f"HTTP transport: {elapsed:.1f} s, {pieces:.0f} pieces")
