@@ -104,11 +104,24 @@ async def test_an_edit_acknowledged_just_before_a_kill_is_never_lost(
                         for i, d in enumerate(docs):
                             await d.append(token_of(i, sent[i]))
                             sent[i] += 1
+                        # Keep a burst in flight, not an unbounded one: a writer that never
+                        # lets its reader take the acks is (rightly) closed as a slow consumer
+                        # once 2048 of them wait, and then no ack ever arrives.
+                        if sum(sent) - sum(map(acked_edits, range(3))) > 150:
+                            await peer.watch.until(
+                                lambda: sum(sent) - sum(map(acked_edits, range(3))) <= 75,
+                                20,
+                                "acks to catch up",
+                            )
                         await anyio.lowlevel.checkpoint()  # let the reader take acks
 
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stream)
                 await peer.watch.until(lambda: sum(map(acked_edits, range(3))) >= 300, 30, "acks")
+                for _ in range(10):  # a burst straight to the socket, then the kill: in flight
+                    for i, d in enumerate(docs):
+                        await d.append(token_of(i, sent[i]))
+                        sent[i] += 1
                 fresh_server.kill()
                 await peer.wait_closed(timeout=10)  # every ack that reached us is now counted
                 tg.cancel_scope.cancel()
