@@ -110,6 +110,7 @@ _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key", "webhook_se
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
+_QUALITY_HELP = "suggestion quality per prompt, stopping rule and model, against TTFT"
 _STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
 _BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
@@ -205,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
         add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
+        from .bench.quality import add_quality_arguments
+
+        add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -215,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
         bench_kinds.add_parser("storm", help=_STORM_HELP)
         bench_kinds.add_parser("idle", help=_IDLE_HELP)
+        bench_kinds.add_parser("quality", help=_QUALITY_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -241,6 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import run_model_bench
 
         return run_model_bench(args)
+    if args.bench == "quality":
+        from .bench.quality import run_quality_bench
+
+        return run_quality_bench(args)
     if args.bench == "idle":
         from .bench.idle import run_idle_bench
 
