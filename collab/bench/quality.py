@@ -449,32 +449,30 @@ def _plot(report: dict[str, Any], path: Path) -> None:
         print("matplotlib is not installed: no plot", file=sys.stderr)
         return
     figure, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
+    runs = list(dict.fromkeys(name.split("/")[0] for name in report["configs"]))
+    colours = plt.get_cmap("tab10")
     for axis, split in zip(axes, ("dev", "heldout"), strict=True):
-        for name, figures in report["configs"].items():
-            if not name.endswith(("/full", "/sentence/filter")):
-                continue
-            f = figures[split]
-            if f["ttft_ms_median"] is None:
-                continue
-            value, low, high = f["acceptable"]
-            marker = "o" if name.endswith("/full") else "s"
-            axis.errorbar(
-                f["ttft_ms_median"],
-                value,
-                yerr=[[value - low], [high - value]],
-                fmt=marker,
-                capsize=3,
-            )
-            axis.annotate(
-                name,
-                (f["ttft_ms_median"], value),
-                fontsize=7,
-                xytext=(4, 3),
-                textcoords="offset points",
-            )
+        for number, run in enumerate(runs):
+            for view, marker in (("full", "o"), ("sentence/filter", "s")):
+                figures = report["configs"].get(f"{run}/{view}")
+                if figures is None or figures[split]["ttft_ms_median"] is None:
+                    continue
+                f = figures[split]
+                value, low, high = f["acceptable"]
+                axis.errorbar(
+                    f["ttft_ms_median"] + (0 if view == "full" else 4),  # side by side
+                    value,
+                    yerr=[[value - low], [high - value]],
+                    fmt=marker,
+                    color=colours(number % 10),
+                    mfc="none" if view != "full" else None,
+                    capsize=3,
+                    label=run if view == "full" and split == "dev" else None,
+                )
         axis.set_title(f"{split}: {report['cases'][split]} cases")
         axis.set_xlabel("median cold TTFT (ms, 1 thread)")
         axis.grid(alpha=0.3)
+    axes[0].legend(fontsize=7, loc="best")
     axes[0].set_ylabel("acceptable share (95% bootstrap CI)")
     figure.suptitle("tether bench quality: acceptability vs TTFT (o: as today, s: sentence+filter)")
     figure.tight_layout()
