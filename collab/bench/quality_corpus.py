@@ -81,9 +81,11 @@ def _metadata_body(path: Path) -> str:
 def _is_doc_file(path: Path) -> bool:
     name = path.name.lower()
     stem = name.removesuffix(".gz")
-    return path.is_file() and (
-        stem.startswith("readme") or stem in ("news", "news.txt", "history", "faq", "about")
-    ) and not stem.startswith("readme.debian")
+    return (
+        path.is_file()
+        and (stem.startswith("readme") or stem in ("news", "news.txt", "history", "faq", "about"))
+        and not stem.startswith("readme.debian")
+    )
 
 
 def _read_doc(path: Path) -> str:
