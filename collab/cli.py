@@ -289,6 +289,7 @@ def _serve(args: argparse.Namespace) -> int:
             )
     import uvicorn
 
+    from .raw_frames import RawFramesProtocol
     from .server import create_app
 
     config = uvicorn.Config(
@@ -309,6 +310,9 @@ def _serve(args: argparse.Namespace) -> int:
         # Yjs updates are small and already compact; deflating each copy per recipient costs
         # CPU on the fan-out path for nothing.
         ws_per_message_deflate=False,
+        # uvicorn's sans-I/O WebSocket protocol plus pre-framed fan-out writes
+        # (collab.raw_frames): one write per peer per loop turn, no per-frame ASGI message.
+        ws=RawFramesProtocol,
     )
     # After uvicorn.Config, which configures uvicorn's loggers and handlers: tokens in request
     # paths (the access log, WebSocket upgrade lines) never reach the log.
