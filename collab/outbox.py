@@ -25,6 +25,10 @@ SendBytes = Callable[[bytes], Awaitable[None]]
 WriteNow = Callable[[Sequence[bytes]], bool]
 
 DEFAULT_MAX_BYTES = 8 * 1024 * 1024
+# Above this many queued bytes the frames go one at a time through the drain task, which waits
+# for the transport to drain between them (as a plain ASGI send does): a synchronous write of
+# the whole queue would park up to a second queue's worth in the transport's own buffer.
+WRITE_NOW_MAX_BYTES = 256 * 1024
 
 
 class SlowConsumer(Exception):
@@ -88,7 +92,9 @@ class Outbox:
         frames = self._frames
         if not frames:
             return
-        if self._draining or not self._write_now(frames):  # type: ignore[misc]
+        write_now = self._write_now
+        assert write_now is not None  # only scheduled when there is one
+        if self._draining or self._bytes > WRITE_NOW_MAX_BYTES or not write_now(frames):
             self._ready.set()  # the drain task takes them, the ordinary way
             return
         self._all_sent()
@@ -160,7 +166,11 @@ class Outbox:
             self._draining = True
             try:
                 while frames:
-                    if write_now is not None and write_now(frames):
+                    if (
+                        write_now is not None
+                        and self._bytes <= WRITE_NOW_MAX_BYTES
+                        and write_now(frames)
+                    ):
                         self._all_sent()
                         break
                     frame = frames.popleft()
