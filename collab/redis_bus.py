@@ -9,8 +9,8 @@ told by ``on_reconnect``; the cluster then backfills from PostgreSQL. Redis is n
 copy of anything acked: updates are published after COMMIT.
 
 Publishing never waits for Redis on the hot path: entries go to a queue bounded in bytes
-(``bus_queue_bytes``; beyond it they are dropped and counted, and reconciliation delivers the
-updates) that one task drains into pipelined XADDs.
+(``bus_queue_bytes``, counting the batch in flight to Redis too; beyond it they are dropped and
+counted, and reconciliation delivers the updates) that one task drains into pipelined XADDs.
 """
 
 from __future__ import annotations
@@ -69,6 +69,9 @@ class RedisBus:
         self._last_ids: dict[str, bytes] = {}  # per subscribed document: the last entry read
         self._outgoing: list[tuple[bytes, dict[bytes, bytes]]] = []
         self._outgoing_bytes = 0
+        self._inflight_bytes = 0  # the batch being written to Redis: still held here
+        self.queued_bytes_peak = 0
+        self._drop_logged = False
         self._wake_publisher = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.connected = False
@@ -130,23 +133,38 @@ class RedisBus:
 
     def _queue(self, name: str, fields: dict[bytes, bytes]) -> None:
         size = len(fields[b"d"]) + 64
-        if self._outgoing_bytes + size > self._queue_bytes and self._outgoing:
+        held = self.queued_bytes
+        if held + size > self._queue_bytes and held:
             # Redis is slow or gone: what is dropped here is in PostgreSQL (updates) or is
             # refreshed by its client (presence); reconciliation delivers the updates.
             self.dropped += 1
             if self._on_drop is not None:
                 self._on_drop()
+            if not self._drop_logged:  # once per backlog, not per entry
+                self._drop_logged = True
+                log.warning(
+                    "%d bytes wait for Redis (bus_queue_bytes): dropping entries; other nodes"
+                    " backfill the updates from PostgreSQL",
+                    held,
+                )
             return
         self._outgoing.append((stream_key(name), fields))
         self._outgoing_bytes += size
+        self.queued_bytes_peak = max(self.queued_bytes_peak, self.queued_bytes)
         self._wake_publisher.set()
+
+    @property
+    def queued_bytes(self) -> int:
+        """What this node holds for Redis: queued plus the batch in flight."""
+        return self._outgoing_bytes + self._inflight_bytes
 
     async def _publish_loop(self) -> None:
         delay = _RETRY_FIRST_S
         while True:
             await self._wake_publisher.wait()
             self._wake_publisher.clear()
-            batch, self._outgoing, self._outgoing_bytes = self._outgoing, [], 0
+            batch, self._outgoing = self._outgoing, []
+            self._inflight_bytes, self._outgoing_bytes = self._outgoing_bytes, 0
             if not batch:
                 continue
             assert self._pub is not None
@@ -166,6 +184,10 @@ class RedisBus:
                 self._down(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
+            finally:
+                self._inflight_bytes = 0
+                if not self._outgoing:
+                    self._drop_logged = False
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -240,6 +262,7 @@ class RedisBus:
         state = "up" if self.connected else "down"
         out: dict[str, Any] = {"state": state, "node": self.node_id}
         out.update(published=self.published, received=self.received, dropped=self.dropped)
+        out.update(queued_bytes=self.queued_bytes, queued_bytes_peak=self.queued_bytes_peak)
         if not self.connected and self.last_error:
             out["error"] = self.last_error
         return out

@@ -193,8 +193,19 @@ class RedisServer:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open and the kernel still accepts new ones, but nothing is
+        answered: what a hung or overloaded Redis looks like to the nodes."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.resume()  # a paused process would not act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(10)
