@@ -26,6 +26,12 @@ COMMIT and XADD, or a restart loses no acked edit and no convergence, only laten
 from other nodes is relayed the same way (not stored) and expires after ``bus_presence_ttl``
 seconds without news, so a dead node's editors vanish.
 
+Deleting a document reaches the other nodes that have it loaded as a delete entry on its stream
+and, if that is lost, as the document missing (or of another epoch) in the reconciliation: they
+revoke their editors with the same reason as the deleting node ("document deleted") and unload
+it. The epoch (``collab.pg_store``) keeps the incarnations apart: a node never applies an update
+of another incarnation than the one it holds, and its own late writes to a deleted one fail.
+
 Without a bus (SQLite, or PostgreSQL alone) this is just the store choice and ``/health``.
 """
 
@@ -36,6 +42,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tether.protocol.lib0 import Decoder, write_var_uint8_array
@@ -53,6 +60,7 @@ from .storage import StorageError, Store
 log = logging.getLogger(__name__)
 
 REMOTE_ORIGIN = "cluster"
+DELETED_REASON = "document deleted"  # as collab.rest_documents says on the deleting node
 _GAP_GRACE_S = 0.2
 
 
@@ -130,10 +138,13 @@ class Cluster:
         self._bus: RedisBus | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._backfilling: dict[str, asyncio.Task[None]] = {}
+        self._dropping: set[asyncio.Task[None]] = set()
         self._again: set[str] = set()  # asked to backfill while one ran
         self._presence: dict[str, RemotePresence] = {}
         self._gap_timers: dict[str, asyncio.TimerHandle] = {}
         self.backfills = 0
+        self.deletes = 0  # documents closed here because another node deleted them
+        self.on_deleted: Callable[[str], object] | None = None  # e.g. drop cached AI suggestions
 
     async def __aenter__(self) -> Cluster:
         if self._settings.bus and self._pg is not None:
@@ -146,9 +157,12 @@ class Cluster:
                 on_presence=self._remote_presence,
                 on_reconnect=self._backfill_all,
                 on_drop=lambda: self._metrics.limit_refusals.labels("bus_queue_bytes").inc(),
+                on_delete=self._remote_delete,
             )
             await self._bus.__aenter__()
-            self._pg.on_commit = self._bus.publish_updates
+            self._pg.on_commit = self._publish_commits
+            self._pg.on_delete = self._deleted_here
+            self._pg.on_stale = self._drop
             self._tasks.append(asyncio.ensure_future(self._reconcile_loop()))
         return self
 
@@ -160,7 +174,7 @@ class Cluster:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._backfilling.values(), return_exceptions=True)
         if self._pg is not None:
-            self._pg.on_commit = None
+            self._pg.on_commit = self._pg.on_delete = self._pg.on_stale = None
         if self._bus is not None:
             await self._bus.__aexit__(None, None, None)
 
@@ -194,9 +208,24 @@ class Cluster:
         room = self._rooms.rooms.get(name)
         return None if room is None or room.closing else room
 
-    def _remote_update(self, name: str, seq: int, update: bytes) -> None:
+    def _publish_commits(self, items: list[tuple[str, int, bytes]]) -> None:
+        assert self._bus is not None and self._pg is not None
+        pg = self._pg
+        self._bus.publish_updates([(name, seq, data, pg.epoch(name)) for name, seq, data in items])
+
+    def _held_elsewhere(self, name: str, epoch: int) -> bool:
+        """Whether an update of incarnation ``epoch`` belongs in our document; one of a newer
+        incarnation means ours was deleted, and the document is dropped here."""
+        assert self._pg is not None
+        if self._pg.accepts(name, epoch):
+            return True
+        if epoch > self._pg.epoch(name) > 0:
+            self._drop(name)
+        return False
+
+    def _remote_update(self, name: str, seq: int, update: bytes, epoch: int) -> None:
         room = self._room(name)
-        if room is None or self._pg is None:
+        if room is None or self._pg is None or not self._held_elsewhere(name, epoch):
             return
         mark = self._pg.watermark(name)
         if mark.holds(seq):
@@ -229,6 +258,49 @@ class Cluster:
             return
         if presence.receive(body, time.monotonic()):
             room.broadcast_presence(body)
+
+    # -- deletes -----------------------------------------------------------------------------
+
+    def _deleted_here(self, name: str, epoch: int) -> None:
+        """Our REST delete committed: tell the nodes that have the document loaded."""
+        if self._bus is not None:
+            self._bus.publish_delete(name, epoch)
+            if name not in self._rooms.rooms:
+                self._bus.unsubscribe(name)
+                self._presence.pop(name, None)
+
+    def _remote_delete(self, name: str, epoch: int) -> None:
+        if self._pg is None:
+            return
+        held = self._pg.epoch(name)
+        if held == epoch:
+            self._drop(name)
+        elif held <= 0 and epoch > -held:
+            # Nothing of that incarnation was adopted here: our edits (on an empty document)
+            # belong to whatever comes after it.
+            self._pg.lift_floor(name, epoch)
+
+    def _drop(self, name: str) -> None:
+        """Another node deleted the document: revoke its editors here, unload it, forget it."""
+        room = self._rooms.rooms.get(name)
+        if room is None or room.closing:
+            return  # already going (an unload's late compaction is refused as stale)
+        room.closing = True  # nothing more from the bus or a backfill lands in it
+        self.deletes += 1
+        log.info("document %r was deleted on another node; closing it here", name[:64])
+        if self._bus is not None:
+            self._bus.unsubscribe(name)
+        self._presence.pop(name, None)
+        timer = self._gap_timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+        task = self._rooms.discard(name, DELETED_REASON)
+        if self._pg is not None:
+            self._pg.forget(name)
+        if self.on_deleted is not None:
+            self.on_deleted(name)
+        self._dropping.add(task)
+        task.add_done_callback(self._dropping.discard)
 
     # -- backfill ----------------------------------------------------------------------------
 
@@ -264,6 +336,12 @@ class Cluster:
         room = self._room(name)
         if room is None:
             return
+        if not missing.epoch:  # gone from PostgreSQL: deleted, unless never created
+            if self._pg.epoch(name) > 0:
+                self._drop(name)
+            return
+        if not self._held_elsewhere(name, missing.epoch):
+            return
         self.backfills += 1
         if missing.snapshot is not None:
             room.apply_remote(missing.snapshot, REMOTE_ORIGIN, in_order=True)
@@ -287,14 +365,18 @@ class Cluster:
             if not names:
                 continue
             try:
-                heads = await self._pg.heads(names)
+                heads = await self._pg.generations(names)
             except StorageError:
                 continue  # the database is down: the next round tries again
             except Exception:  # this loop is the safety net: it must never die
                 log.exception("reconciliation failed; retrying")
                 continue
-            for name, head in heads.items():
-                if head > self._pg.watermark(name).mark:
+            for name in names:
+                epoch, head = heads.get(name, (0, 0))
+                held = self._pg.epoch(name)
+                if held > 0 and epoch != held:
+                    self._drop(name)  # deleted (and perhaps created again) elsewhere
+                elif head > self._pg.watermark(name).mark or (held <= 0 and epoch > -held):
                     self._backfill(name)
 
     # -- /health -----------------------------------------------------------------------------
@@ -315,4 +397,5 @@ class Cluster:
         bus = {"state": "off"} if self._bus is None else self._bus.health()
         if self._bus is not None:
             bus["backfills"] = self.backfills
+            bus["remote_deletes"] = self.deletes
         return {"node": self.node_id, "database": database, "bus": bus}

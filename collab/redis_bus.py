@@ -33,7 +33,8 @@ _KEY_TTL_S = 24 * 3600  # a document nobody edits for a day leaves Redis
 _RETRY_FIRST_S = 0.1
 _RETRY_MAX_S = 2.0
 
-UpdateHandler = Callable[[str, int, bytes], None]
+UpdateHandler = Callable[[str, int, bytes, int], None]  # document, seq, update, epoch
+DeleteHandler = Callable[[str, int], None]  # document, the epoch that was deleted
 PresenceHandler = Callable[[str, bytes], None]
 
 
@@ -53,6 +54,7 @@ class RedisBus:
         on_presence: PresenceHandler,
         on_reconnect: Callable[[], None],
         on_drop: Callable[[], None] | None = None,
+        on_delete: DeleteHandler | None = None,
     ) -> None:
         self.url = url
         self.node_id = node_id
@@ -63,6 +65,7 @@ class RedisBus:
         self._on_presence = on_presence
         self._on_reconnect = on_reconnect
         self._on_drop = on_drop
+        self._on_delete = on_delete
         self._pub: aioredis.Redis | None = None
         self._sub: aioredis.Redis | None = None
         self._wanted: set[str] = set()
@@ -124,9 +127,16 @@ class RedisBus:
 
     # -- publishing --------------------------------------------------------------------------
 
-    def publish_updates(self, items: list[tuple[str, int, bytes]]) -> None:
-        for name, seq, data in items:
-            self._queue(name, {b"k": b"u", b"n": self._node, b"s": str(seq).encode(), b"d": data})
+    def publish_updates(self, items: list[tuple[str, int, bytes, int]]) -> None:
+        for name, seq, data, epoch in items:
+            fields = {b"k": b"u", b"n": self._node, b"s": str(seq).encode(), b"d": data}
+            fields[b"g"] = str(epoch).encode()
+            self._queue(name, fields)
+
+    def publish_delete(self, name: str, epoch: int) -> None:
+        """The document's incarnation ``epoch`` was deleted (if this is dropped, the other
+        nodes' reconciliation finds the document gone in PostgreSQL)."""
+        self._queue(name, {b"k": b"x", b"n": self._node, b"g": str(epoch).encode(), b"d": b""})
 
     def publish_presence(self, name: str, body: bytes) -> None:
         self._queue(name, {b"k": b"p", b"n": self._node, b"d": body})
@@ -237,7 +247,10 @@ class RedisBus:
         kind = fields.get(b"k")
         try:
             if kind == b"u":
-                self._on_update(name, int(fields[b"s"]), bytes(fields[b"d"]))
+                epoch = int(fields.get(b"g", b"0"))
+                self._on_update(name, int(fields[b"s"]), bytes(fields[b"d"]), epoch)
+            elif kind == b"x" and self._on_delete is not None:
+                self._on_delete(name, int(fields[b"g"]))
             elif kind == b"p":
                 self._on_presence(name, bytes(fields[b"d"]))
         except Exception:  # a bad entry or a handler's bug must not stop the relay

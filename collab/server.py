@@ -208,6 +208,7 @@ class TetherServer:
             if engine is not None:
                 self.hooks.add(engine)
                 stack.callback(self.hooks.remove, engine)
+                self.cluster.on_deleted = engine.forget_document  # deleted on another node
             if settings.webhook_url:
                 webhooks = WebhookExtension(
                     settings.webhook_url,

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from tests.metrics_scrape import metric_value, metrics_text
@@ -87,6 +88,78 @@ async def test_a_stalled_redis_bounds_the_bus_queue_in_bytes_and_loses_no_acked_
                     10,
                     "node 1 receiving from Redis again",
                 )
+    finally:
+        cluster.stop()
+        redis.close()
+
+
+# -- deleting a document that other nodes have loaded -----------------------------------------
+
+
+async def _delete_on(node: ServerProcess, name: str) -> None:
+    headers = {"Authorization": f"Bearer {node.token([name])}"}
+    async with httpx.AsyncClient(base_url=node.http_url, headers=headers) as http:
+        reply = await http.delete(f"/api/documents/{name}")
+    assert reply.status_code == 200, reply.text
+
+
+async def test_a_delete_on_one_node_closes_the_document_on_the_others_and_it_returns_empty(
+    tmp_path, pg_dsn, redis_server
+):
+    cluster = Nodes(tmp_path, pg_dsn, redis_server.url, 3).start()
+    name = "doomed-cluster"
+    try:
+        with anyio.fail_after(60):
+            async with editors(cluster, name, [1, 2]) as (bob, cat):
+                await bob.append("secret plans ")
+                await cat.append("more ")
+                await converged([bob, cat], ["secret plans ", "more "])
+                await _delete_on(cluster[0], name)  # node 0 has no editor on it
+                for doc in (bob, cat):
+                    await doc.wait(lambda d=doc: d.denied is not None, 10, "PermissionDenied")
+                    assert doc.denied == "document deleted"
+                for node in cluster.nodes[1:]:
+                    assert (await asyncio.to_thread(node.health))["bus"]["remote_deletes"] == 1
+            async with editors(cluster, name, [1, 2, 0]) as docs:
+                assert [str(d) for d in docs] == ["", "", ""]
+                await docs[2].append("new life")
+                await converged(docs, ["new life"])
+                assert str(docs[0]) == "new life"
+            assert await stored_text(pg_dsn, name) == "new life"
+    finally:
+        cluster.stop()
+
+
+async def test_a_node_that_missed_the_delete_cannot_bring_the_old_document_back(tmp_path, pg_dsn):
+    """Redis is down, so node 1 hears of the delete only from PostgreSQL; its editor goes on
+    writing meanwhile. Those writes must not land in the document created again on node 0,
+    and node 1's old content must not be backfilled into it either."""
+    redis = RedisServer().start()
+    cluster = Nodes(tmp_path, pg_dsn, redis.url, 2, bus_reconcile_interval=2).start()
+    name = "zombie"
+    try:
+        with anyio.fail_after(60):
+            async with editors(cluster, name, [1]) as (bob,):
+                await bob.append("old secret ")
+                await bob.wait_acked()
+                redis.kill()
+                await _delete_on(cluster[0], name)
+                async with editors(cluster, name, [0]) as (ann,):
+                    assert str(ann) == ""
+                    await ann.append("new life")
+                    await ann.wait_acked()
+                    assert all(ann.statuses)
+                    acked = len(bob.statuses)
+                    await bob.append("zombie edit")  # node 1 still holds the old incarnation
+                    await bob.wait(lambda: bob.denied is not None, 10, "PermissionDenied")
+                    assert bob.denied == "document deleted"
+                    assert bob.statuses[acked:] in ([], [False])  # never acked as stored
+                    stored = await stored_text(pg_dsn, name)
+                    assert stored == "new life", stored
+                    # A fresh editor on node 1 gets the new incarnation only.
+                    async with editors(cluster, name, [1]) as (again,):
+                        await converged([ann, again], ["new life"])
+                        assert str(again) == "new life"
     finally:
         cluster.stop()
         redis.close()
