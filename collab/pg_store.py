@@ -45,6 +45,7 @@ from typing import Any, Literal, Self
 
 import asyncpg
 
+from tether.collab.log_redaction import redact, redact_url
 from tether.collab.storage import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo
 
 log = logging.getLogger(__name__)
@@ -290,7 +291,7 @@ class PostgresStore(Store):
             )
         except _DB_ERRORS as exc:
             await self._close_connections()
-            raise StorageError(f"cannot open {_redact(self.dsn)}: {exc}") from exc
+            raise StorageError(f"cannot open {redact_url(self.dsn)}: {redact(str(exc))}") from exc
         self.available = True
         self._state = "open"
         self._task = asyncio.ensure_future(self._serve())
@@ -551,7 +552,7 @@ class PostgresStore(Store):
                 result = await query(conn)
         except _DB_ERRORS as exc:
             self._unavailable(exc)
-            raise StorageError(f"read failed: {exc}") from exc
+            raise StorageError(f"read failed: {redact(str(exc))}") from exc
         self._available()
         return result
 
@@ -643,7 +644,7 @@ class PostgresStore(Store):
         for op in ops:
             self._settled(op)
             if not op.future.done():
-                error = StorageError(f"{op.kind} {op.name!r} failed: {exc}")
+                error = StorageError(f"{op.kind} {op.name!r} failed: {redact(str(exc))}")
                 error.__cause__ = exc
                 op.future.set_exception(error)
 
@@ -671,10 +672,10 @@ class PostgresStore(Store):
 
     def _unavailable(self, exc: BaseException) -> None:
         self.available = False
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        self.last_error = redact(f"{type(exc).__name__}: {exc}")[:300]
         if not self._outage_logged:
             self._outage_logged = True
-            log.error("PostgreSQL unreachable; writes wait, nothing is acked: %s", exc)
+            log.error("PostgreSQL unreachable; writes wait, nothing is acked: %s", self.last_error)
 
     def _available(self) -> None:
         if not self.available and self._outage_logged:
@@ -856,15 +857,6 @@ def _is_transient(exc: asyncpg.PostgresError) -> bool:
     # deadlock): retry. Anything else is about the data and would fail again.
     state = getattr(exc, "sqlstate", "") or ""
     return state.startswith(("08", "57P", "40", "53"))
-
-
-def _redact(dsn: str) -> str:
-    # postgresql://user:password@host/db: never log a password.
-    head, sep, tail = dsn.partition("@")
-    if not sep or ":" not in head.split("//", 1)[-1]:
-        return dsn
-    scheme, _, creds = head.partition("//")
-    return f"{scheme}//{creds.split(':', 1)[0]}:***@{tail}"
 
 
 async def _wait(future: asyncio.Future[Any]) -> Any:

@@ -24,6 +24,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from tether.collab.log_redaction import redact
+
 log = logging.getLogger(__name__)
 
 _KEY_PREFIX = b"tether:doc:"
@@ -266,10 +268,13 @@ class RedisBus:
 
     def _down(self, exc: BaseException) -> None:
         self.connected = False
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        self.last_error = redact(f"{type(exc).__name__}: {exc}")[:300]
         if not self._down_logged:
             self._down_logged = True
-            log.error("Redis unreachable; nodes converge through PostgreSQL meanwhile: %s", exc)
+            log.error(
+                "Redis unreachable; nodes converge through PostgreSQL meanwhile: %s",
+                self.last_error,
+            )
 
     def health(self) -> dict[str, Any]:
         state = "up" if self.connected else "down"

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from .launcher import free_port
 
@@ -126,6 +127,21 @@ class PostgresServer:
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "tether", name)
         return self.dsn.rsplit("/", 1)[0] + "/" + name
 
+    def require_password(self, user: str, password: str) -> str:
+        """A superuser ``user`` that must log in with ``password`` over TCP (SCRAM; everyone
+        else stays trusted); the DSN of the ``postgres`` database for it, password included."""
+        escaped = password.replace("'", "''")
+        self._run(
+            "psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "tether", "-d", "postgres",
+            "-v", "ON_ERROR_STOP=1", "-c",
+            f"CREATE ROLE \"{user}\" LOGIN SUPERUSER PASSWORD '{escaped}'",
+        )  # fmt: skip
+        hba = self.data / "pg_hba.conf"
+        rule = f"host all {user} 127.0.0.1/32 scram-sha-256\n"
+        hba.write_text(rule + hba.read_text())  # the first matching line wins
+        self._run("pg_ctl", "-D", str(self.data), "reload")
+        return f"postgresql://{user}:{quote(password, safe='')}@127.0.0.1:{self.port}/postgres"
+
     def stop(self) -> None:
         """A clean, fast shutdown (connections are cut); the data stays for ``start``."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
@@ -162,7 +178,8 @@ class PostgresServer:
 class RedisServer:
     """A redis-server without persistence (the streams are a relay, never the only copy)."""
 
-    def __init__(self) -> None:
+    def __init__(self, password: str = "") -> None:
+        self.password = password  # requirepass: clients must AUTH with it
         binary = redis_binary()
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -173,12 +190,15 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
         log = open(self.root / "redis.log", "ab")
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.root)]
         args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(
             [self.binary, *args],
             stdout=log,
