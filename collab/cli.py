@@ -101,6 +101,8 @@ _HELP = {
     "node_id": "this node's name on the bus and in /health (default: host-pid)",
     "store_outage_timeout": "seconds writes wait (unacked) for PostgreSQL before failing",
     "store_queue_bytes": "bytes of writes that may wait for PostgreSQL; more fail at once",
+    "store_statement_cache_size": "prepared statements cached per PostgreSQL connection; 0 for"
+    " PgBouncer in transaction pooling (so does ?pgbouncer=true in --store)",
     "bus_queue_bytes": "bytes waiting to be published to Redis; beyond it entries are dropped",
     "bus_stream_length": "entries kept in each document's Redis stream (approximate)",
     "bus_reconcile_interval": "seconds between checks of loaded documents against PostgreSQL",

@@ -50,7 +50,7 @@ from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awaren
 
 from .config import Settings
 from .metrics import Metrics
-from .pg_store import PostgresStore
+from .pg_store import PostgresStore, pgbouncer_dsn
 from .redis_bus import RedisBus
 from .room import Room
 from .rooms import RoomManager
@@ -68,8 +68,10 @@ def build_store(settings: Settings, metrics: Metrics) -> Store:
     """SQLite in the data dir, or the PostgreSQL that ``--store`` names."""
     if not settings.store:
         return SQLiteStore(settings.data_dir / "tether.db")
+    dsn, behind_pgbouncer = pgbouncer_dsn(settings.store)
     return PostgresStore(
-        settings.store,
+        dsn,
+        statement_cache_size=0 if behind_pgbouncer else settings.store_statement_cache_size,
         outage_timeout=settings.store_outage_timeout,
         queue_bytes=settings.store_queue_bytes,
         on_refusal=lambda limit: metrics.limit_refusals.labels(limit).inc(),

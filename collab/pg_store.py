@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Literal, Self
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import asyncpg
 
@@ -246,6 +247,7 @@ class PostgresStore(Store):
         outage_timeout: float = 30.0,
         queue_bytes: int = 64 * 1024 * 1024,
         read_connections: int = 4,
+        statement_cache_size: int = 100,
         on_refusal: Callable[[str], None] | None = None,
     ) -> None:
         if max_batch < 1:
@@ -262,6 +264,9 @@ class PostgresStore(Store):
         self._outage_timeout = outage_timeout
         self._queue_bytes = queue_bytes
         self._read_connections = read_connections
+        # Named prepared statements live on a server connection; behind a PgBouncer in
+        # transaction pooling the next transaction may run on another one (0: unnamed only).
+        self._connect_args: dict[str, Any] = {"statement_cache_size": statement_cache_size}
         self._state: Lifecycle = "new"
         self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
         self._queued_bytes = 0
@@ -284,10 +289,14 @@ class PostgresStore(Store):
         if self._state != "new":
             raise StorageError("a store can be opened only once")
         try:
-            self._writer = await asyncpg.connect(self.dsn, timeout=10)
+            self._writer = await asyncpg.connect(self.dsn, timeout=10, **self._connect_args)
             await _migrate(self._writer)
             self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self._read_connections, timeout=10
+                self.dsn,
+                min_size=1,
+                max_size=self._read_connections,
+                timeout=10,
+                **self._connect_args,
             )
         except _DB_ERRORS as exc:
             await self._close_connections()
@@ -662,7 +671,7 @@ class PostgresStore(Store):
 
     async def _connection(self) -> asyncpg.Connection:
         if self._writer is None or self._writer.is_closed():
-            self._writer = await asyncpg.connect(self.dsn, timeout=5)
+            self._writer = await asyncpg.connect(self.dsn, timeout=5, **self._connect_args)
         return self._writer
 
     async def _drop_writer(self) -> None:
@@ -857,6 +866,18 @@ def _is_transient(exc: asyncpg.PostgresError) -> bool:
     # deadlock): retry. Anything else is about the data and would fail again.
     state = getattr(exc, "sqlstate", "") or ""
     return state.startswith(("08", "57P", "40", "53"))
+
+
+def pgbouncer_dsn(dsn: str) -> tuple[str, bool]:
+    """``dsn`` without a ``pgbouncer=true`` query parameter (asyncpg would send it to the
+    server as a setting), and whether it had one: then prepared statements stay off."""
+    parts = urlsplit(dsn)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(k, v) for k, v in query if k != "pgbouncer"]
+    if len(kept) == len(query):
+        return dsn, False
+    flag = next(v for k, v in query if k == "pgbouncer").lower()
+    return urlunsplit(parts._replace(query=urlencode(kept))), flag in ("true", "1", "yes", "on")
 
 
 async def _wait(future: asyncio.Future[Any]) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import anyio
@@ -17,7 +17,9 @@ import pytest
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tests.test_cluster import Nodes, converged, editors, stored_text, tok
-from tether.collab.bench.engines import RedisServer
+from tether.collab.bench.engines import PgBouncer, PostgresServer, RedisServer, pgbouncer_binary
+from tether.collab.pg_store import PostgresStore
+from tether.collab.storage import StorageError
 
 pytestmark = pytest.mark.anyio
 
@@ -163,3 +165,82 @@ async def test_a_node_that_missed_the_delete_cannot_bring_the_old_document_back(
     finally:
         cluster.stop()
         redis.close()
+
+
+# -- behind a PgBouncer in transaction pooling --------------------------------------------------
+
+
+@pytest.fixture
+def pgbouncer(postgres: PostgresServer) -> Iterator[PgBouncer]:
+    if pgbouncer_binary() is None:
+        pytest.skip("pgbouncer is not installed (.ci/setup --dev installs it)")
+    bouncer = PgBouncer(postgres, pool_mode="transaction")
+    try:
+        yield bouncer.start()
+    finally:
+        bouncer.close()
+
+
+async def test_nodes_behind_pgbouncer_in_transaction_pooling_commit_and_converge(
+    tmp_path, pg_dsn, pgbouncer, redis_server
+):
+    """Two server connections shared by two nodes' writers and readers: any named prepared
+    statement would meet a server connection that lacks it (or has another of that name)."""
+    database = pg_dsn.rsplit("/", 1)[1]
+    through = pgbouncer.dsn(database)
+    cluster = Nodes(tmp_path, through, redis_server.url, 2, compact_threshold=5)
+    cluster.nodes[0].settings["store"] = through + "?pgbouncer=true"  # the DSN says so
+    cluster.nodes[1].settings["store_statement_cache_size"] = 0  # the option says so
+    cluster.start()
+    name = "bounced"
+    try:
+        with anyio.fail_after(60):
+            async with editors(cluster, name, [0, 1]) as docs:
+                for k in range(30):
+                    for e, doc in enumerate(docs):
+                        await doc.append(tok(e, k))
+                for doc in docs:
+                    await doc.wait_acked(timeout=30)
+                    assert all(doc.statuses)
+                everything = [tok(e, k) for e in range(2) for k in range(30)]
+                await converged(docs, everything)
+            stored = await stored_text(pg_dsn, name)  # straight from PostgreSQL
+            assert [t for t in everything if t not in stored] == []
+            async with httpx.AsyncClient(base_url=cluster[1].http_url) as http:
+                headers = {"Authorization": f"Bearer {cluster[1].token([name])}"}
+                reply = await http.get(f"/api/documents/{name}", headers=headers)
+                metrics = (await http.get("/metrics")).text
+            assert reply.status_code == 200 and all(t in reply.json()["text"] for t in everything)
+            assert metric_value(metrics, "tether_compactions_total") > 0
+            for node in cluster:
+                assert (await asyncio.to_thread(node.health))["database"]["state"] == "ok"
+                assert "prepared statement" not in node.log()
+    finally:
+        cluster.stop()
+
+
+@pytest.mark.parametrize("cache", [100, 0])
+async def test_the_statement_cache_is_what_breaks_behind_pgbouncer(pg_dsn, pgbouncer, cache):
+    """The control for the test above: two stores through the same two server connections,
+    with asyncpg's default cache, meet 'prepared statement ... does not exist'; with 0 not."""
+    through = pgbouncer.dsn(pg_dsn.rsplit("/", 1)[1])
+
+    async def rounds() -> None:
+        async with (
+            PostgresStore(through, statement_cache_size=cache) as one,
+            PostgresStore(through, statement_cache_size=cache) as two,
+        ):
+            for i in range(50):
+                stores = (one, two)
+                await asyncio.gather(
+                    *[s.append("d", b"x%d" % i) for s in stores],
+                    *[s.load("d") for s in stores],
+                    *[s.heads(["d"]) for s in stores],
+                )
+
+    with anyio.fail_after(60):
+        if cache:
+            with pytest.raises(StorageError, match="prepared statement"):
+                await rounds()
+        else:
+            await rounds()

@@ -241,3 +241,72 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def pgbouncer_binary() -> str | None:
+    return shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK) else None
+    )
+
+
+class PgBouncer:
+    """A pgbouncer in front of a ``PostgresServer``, in transaction pooling by default (a server
+    connection is lent per transaction, so session state such as named prepared statements does
+    not follow a client); few server connections, so clients really share them. Runs as the
+    PostgreSQL user under root (pgbouncer refuses root too)."""
+
+    def __init__(self, upstream: PostgresServer, *, pool_mode: str = "transaction") -> None:
+        binary = pgbouncer_binary()
+        if binary is None:
+            raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer)")
+        self.binary = binary
+        self.upstream = upstream
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="tether-pgbouncer-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        (self.root / "users.txt").write_text('"tether" ""\n')
+        (self.root / "pgbouncer.ini").write_text(
+            f"[databases]\n* = host=127.0.0.1 port={upstream.port}\n"
+            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {self.port}\n"
+            "unix_socket_dir =\nauth_type = trust\n"
+            f"auth_file = {self.root / 'users.txt'}\npool_mode = {pool_mode}\n"
+            "default_pool_size = 2\nmax_client_conn = 500\n"
+            f"logfile = {self.root / 'pgbouncer.log'}\n"
+            "ignore_startup_parameters = extra_float_digits\n"
+        )
+        self._uid, self._gid = upstream._uid, upstream._gid
+        if self._uid is not None and self._gid is not None:
+            for path in (self.root, *self.root.iterdir()):
+                os.chown(path, self._uid, self._gid)
+        os.chmod(self.root, 0o755)
+
+    def dsn(self, database: str) -> str:
+        return f"postgresql://tether@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> PgBouncer:
+        self.proc = subprocess.Popen(
+            [self.binary, str(self.root / "pgbouncer.ini")],
+            user=self._uid,
+            group=self._gid,
+            extra_groups=[] if self._uid is not None else None,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_port(self.port, 20, self.proc)
+        return self
+
+    def log(self) -> str:
+        try:
+            return (self.root / "pgbouncer.log").read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)
