@@ -193,6 +193,7 @@ class Cluster:
         )
         room.remote_presence = presence.entries
         room.on_presence = lambda body: bus.publish_presence(name, body)
+        room.catch_up = lambda: self.catch_up(name)
         self._presence[name] = presence
         # What was committed between our load and our subscription reaches us this way.
         self._backfill(name)
@@ -325,6 +326,16 @@ class Cluster:
         if name in self._again:
             self._again.discard(name)
             self._backfill(name)
+
+    async def catch_up(self, name: str) -> None:
+        """Apply everything committed for ``name`` up to now: a version or a REST read on this
+        node then holds every edit acked anywhere before it was asked for, whatever the bus's
+        delay. If the database is unreachable, what is held is used (saving a version then
+        fails anyway)."""
+        running = self._backfilling.get(name)
+        if running is not None:
+            await asyncio.gather(asyncio.shield(running), return_exceptions=True)
+        await self._run_backfill(name)  # a read started after the caller's request
 
     async def _run_backfill(self, name: str) -> None:
         if self._pg is None:

@@ -504,8 +504,12 @@ class PostgresStore(Store):
         return await self._read(query)
 
     # Versions run in their own transaction when awaited, outside the group-commit queue: a
-    # version saved after an append that is still queued does not wait for it (a version is a
-    # full state the caller read from its document, so it does not need the log behind it).
+    # version saved after an append that is still queued does not wait for it, and need not:
+    # a version is a full state the caller read from its document, which already holds every
+    # update applied on this node, acked or still queued (acks follow the apply), so no ack
+    # can be missing from it and no log order is involved. Edits acked on OTHER nodes are the
+    # caller's business: the REST layer catches the document up from PostgreSQL first
+    # (``Room.catch_up``), since the bus may lag.
     def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
         data = bytes(state)
 

@@ -158,6 +158,9 @@ class Room:
         # Scale-out (collab.cluster): presence bodies to relay to other nodes, and theirs.
         self.on_presence: Callable[[bytes], None] | None = None
         self.remote_presence: Callable[[], list[AwarenessEntry]] | None = None
+        # Brings in what other nodes committed up to now (a read from the shared database):
+        # awaited before a version or a REST read, so they hold every edit acked anywhere.
+        self.catch_up: Callable[[], Awaitable[None]] | None = None
         # Server-side direct connections holding the room loaded (RoomManager.hold).
         self.holders = 0
         # The document was deleted (RoomManager.delete): nothing more is applied or stored.

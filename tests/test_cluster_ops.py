@@ -244,3 +244,38 @@ async def test_the_statement_cache_is_what_breaks_behind_pgbouncer(pg_dsn, pgbou
                 await rounds()
         else:
             await rounds()
+
+
+# -- versions and reads on another node --------------------------------------------------------
+
+
+async def test_a_version_taken_on_any_node_holds_every_edit_acked_before_it(tmp_path, pg_dsn):
+    """Versions are saved outside the group-commit queue, from the node's document: that
+    document must hold every edit acked (anywhere) before the version was asked for, and the
+    REST read too. Node 1 has the document loaded by an editor, so it is not read afresh, and
+    Redis is stalled with reconciliation slow, so only a catch-up from PostgreSQL can do it."""
+    redis = RedisServer().start()
+    cluster = Nodes(tmp_path, pg_dsn, redis.url, 2, bus_reconcile_interval=30).start()
+    name = "versioned"
+    headers = {"Authorization": f"Bearer {cluster[1].token([name])}"}
+    try:
+        with anyio.fail_after(60):
+            async with (
+                editors(cluster, name, [0, 1]) as (ann, _bob),
+                httpx.AsyncClient(base_url=cluster[1].http_url, headers=headers) as http,
+            ):
+                redis.pause()
+                for k in range(5):
+                    await ann.append(tok(0, k))
+                    await ann.wait_acked()  # committed in PostgreSQL: now ask node 1
+                    created = await http.post(f"/api/versions/{name}", json={"label": f"v{k}"})
+                    assert created.status_code == 201, created.text
+                    version = created.json()["id"]
+                    saved = await http.get(f"/api/versions/{name}", params={"id": version})
+                    read = await http.get(f"/api/documents/{name}")
+                    acked = [tok(0, j) for j in range(k + 1)]
+                    assert [t for t in acked if t not in saved.json()["text"]] == [], k
+                    assert [t for t in acked if t not in read.json()["text"]] == [], k
+    finally:
+        cluster.stop()
+        redis.close()
