@@ -209,7 +209,8 @@ class Cluster:
 
     def _room(self, name: str) -> Room | None:
         room = self._rooms.rooms.get(name)
-        return None if room is None or room.closing else room
+        # A room being rebuilt from storage takes nothing now; the next backfill brings it.
+        return None if room is None or room.closing or room.reloading else room
 
     def _publish_commits(self, items: list[tuple[str, int, bytes]]) -> None:
         assert self._bus is not None and self._pg is not None

@@ -31,6 +31,11 @@ writing one database:
 - While the database is unreachable the writer retries the batch (nothing is acked meanwhile);
   after ``outage_timeout`` seconds the batch fails with StorageError (a negative ack), and new
   writes fail at once while more than ``queue_bytes`` wait.
+- A failed append fences its document: every append or compaction of it still queued, or
+  called later, fails too until the room calls ``resume`` after rebuilding the document from
+  the database. Later updates may build on the lost one (its editor's next keystroke, or
+  another editor's who saw it fanned out), and committed without it they could never be
+  integrated by anyone loading the document. The room asks its editors to resend instead.
 """
 
 from __future__ import annotations
@@ -205,6 +210,7 @@ class _Op:
     data: bytes
     future: asyncio.Future[Any]
     seq: int = 0  # append: its number, once its batch has run
+    order: int = 0  # when it was called, counted per store (fences: see _fenced)
     epoch: int = 0  # the incarnation it must land in, taken when its batch runs (see _expect)
     # compact: what the caller's snapshot holds: the watermark when it called, and its own
     # appends called before (numbered later, when their batches run)
@@ -276,6 +282,10 @@ class PostgresStore(Store):
         self._watermarks: dict[str, SeqWatermark] = {}
         # per document: > 0 the incarnation held here; <= 0 none yet, any above -value is new
         self._epochs: dict[str, int] = {}
+        # document -> the call number of its append that failed: what was called after it
+        # fails too, until resume()
+        self._fenced: dict[str, int] = {}
+        self._calls = 0
         # appends called but not yet committed, per document: a compact called now holds them
         self._uncommitted: dict[str, list[_Op]] = {}
         self.available = False  # the last database round trip worked
@@ -377,12 +387,26 @@ class PostgresStore(Store):
     def delete(self, name: str) -> Coroutine[Any, Any, None]:
         return _wait(self._enqueue("delete", name, b""))
 
+    def resume(self, name: str) -> None:
+        self._fenced.pop(name, None)
+
+    def _fence(self, op: _Op) -> None:
+        if op.kind == "append" and op.name not in self._fenced:
+            self._fenced[op.name] = op.order
+
+    def _is_fenced(self, op: _Op) -> bool:
+        failed = self._fenced.get(op.name)
+        return failed is not None and op.kind != "delete" and op.order > failed
+
     def _enqueue(self, kind: OpKind, name: str, data: bytes) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._calls += 1
         if self._state != "open":
             future.set_exception(
                 StorageError(f"cannot {kind} {name!r}: the store is {self._state}")
             )
+        elif kind != "delete" and name in self._fenced:
+            future.set_exception(_fenced_error(kind, name))
         elif self._queued_bytes + len(data) > self._queue_bytes and self._queued_bytes:
             if self._on_refusal is not None:
                 self._on_refusal("store_queue_bytes")
@@ -394,9 +418,11 @@ class PostgresStore(Store):
                     f"cannot {kind} {name!r}: {self._queued_bytes} bytes wait for the database"
                 )
             )
+            if kind == "append" and name not in self._fenced:
+                self._fenced[name] = self._calls
         else:
             self._queued_bytes += len(data)
-            op = _Op(kind, name, data, future)
+            op = _Op(kind, name, data, future, order=self._calls)
             if kind == "append":
                 self._uncommitted.setdefault(name, []).append(op)
             elif kind == "compact":
@@ -426,7 +452,9 @@ class PostgresStore(Store):
                         "SELECT epoch FROM tether_tombstones WHERE name = $1", name
                     )
             self._epochs[name] = int(row["epoch"]) if row is not None else -int(ended or 0)
-            mark = self.watermark(name)
+            # Exactly what was read (a reload replaces the document: what the old one had
+            # beyond this is backfilled, not assumed).
+            mark = self._watermarks[name] = SeqWatermark()
             if row is not None:
                 mark.raise_to(int(row["snapshot_seq"]))
             for entry in rows:
@@ -592,6 +620,14 @@ class PostgresStore(Store):
         return ops, True
 
     async def _commit(self, ops: list[_Op]) -> None:
+        if self._fenced:  # queued before their document's earlier append failed
+            for op in [op for op in ops if self._is_fenced(op)]:
+                self._settled(op)
+                if not op.future.done():
+                    op.future.set_exception(_fenced_error(op.kind, op.name))
+            ops = [op for op in ops if not self._is_fenced(op)]
+            if not ops:
+                return
         deadline = time.monotonic() + self._outage_timeout
         delay = _RETRY_FIRST_S
         while True:
@@ -656,6 +692,7 @@ class PostgresStore(Store):
     def _settle_failed(self, ops: list[_Op], exc: BaseException) -> None:
         for op in ops:
             self._settled(op)
+            self._fence(op)
             if not op.future.done():
                 error = StorageError(f"{op.kind} {op.name!r} failed: {redact(str(exc))}")
                 error.__cause__ = exc
@@ -870,6 +907,13 @@ def _is_transient(exc: asyncpg.PostgresError) -> bool:
     # deadlock): retry. Anything else is about the data and would fail again.
     state = getattr(exc, "sqlstate", "") or ""
     return state.startswith(("08", "57P", "40", "53"))
+
+
+def _fenced_error(kind: str, name: str) -> StorageError:
+    return StorageError(
+        f"cannot {kind} {name!r}: an earlier update of it failed; it is rebuilt from the"
+        " database before anything more is stored"
+    )
 
 
 def pgbouncer_dsn(dsn: str) -> tuple[str, bool]:

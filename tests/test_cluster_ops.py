@@ -279,3 +279,48 @@ async def test_a_version_taken_on_any_node_holds_every_edit_acked_before_it(tmp_
     finally:
         cluster.stop()
         redis.close()
+
+
+# -- an append that failed must not leave later ones depending on it -------------------------
+
+
+async def test_after_an_append_fails_past_the_outage_timeout_nothing_builds_on_it(
+    tmp_path, own_postgres: PostgresServer
+):
+    """PostgreSQL is stopped past --store-outage-timeout: ann's edit X fails (nacked) after bob,
+    on the same node, saw it; both then build on X. Committing those later edits without X
+    would leave updates in PostgreSQL that nobody can integrate. Instead they are refused
+    too, the document is rebuilt from PostgreSQL once it is back, and the editors are asked
+    to resend: everything, X included, ends up committed."""
+    dsn = own_postgres.create_database("lost_write")
+    node = ServerProcess(tmp_path / "node", store=dsn, store_outage_timeout=1).start()
+    name = "lost-write"
+    try:
+        with anyio.fail_after(60):
+            async with editors([node], name, [0, 0]) as (ann, bob):  # type: ignore[arg-type]
+                await ann.append("base ")
+                await ann.wait_acked()
+                own_postgres.stop()
+                await ann.append("<X>")
+                await bob.wait(lambda: "<X>" in str(bob), 10, "X fanned out locally")
+                await ann.wait(lambda: False in ann.statuses, 20, "X nacked after the timeout")
+                await ann.append("<Y>")  # built on X
+                await bob.append("<Z>")  # so is this
+                assert await ann.peer.alive() and await bob.peer.alive()
+                own_postgres.start()
+                everything = ["base ", "<X>", "<Y>", "<Z>"]
+
+                # No event tells the test that the resent edits committed: poll PostgreSQL.
+                deadline = time.monotonic() + 30
+                while True:
+                    stored = await stored_text(dsn, name)
+                    if all(t in stored for t in everything):
+                        break
+                    assert time.monotonic() < deadline, f"PostgreSQL holds only {stored!r}"
+                    await anyio.sleep(0.05)
+                await converged([ann, bob], everything)
+                assert sorted(str(ann)) == sorted(stored)
+            metrics = await metrics_text(node)
+            assert metric_value(metrics, "tether_document_reloads_total") >= 1
+    finally:
+        node.stop()
