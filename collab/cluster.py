@@ -341,6 +341,9 @@ class Cluster:
     async def _run_backfill(self, name: str) -> None:
         if self._pg is None:
             return
+        # Only a read that started after we held an incarnation can say it is gone: one that
+        # started before our own first commit of a new document does not see it yet.
+        held = self._pg.epoch(name)
         try:
             mark = self._pg.watermark(name)
             missing = await self._pg.backfill(name, mark.mark)
@@ -351,7 +354,7 @@ class Cluster:
         if room is None:
             return
         if not missing.epoch:  # gone from PostgreSQL: deleted, unless never created
-            if self._pg.epoch(name) > 0:
+            if held > 0 and self._pg.epoch(name) == held:
                 self._drop(name)
             return
         if not self._held_elsewhere(name, missing.epoch):
@@ -378,6 +381,7 @@ class Cluster:
             names = [name for name in self._rooms.rooms if self._room(name) is not None]
             if not names:
                 continue
+            held_before = {name: self._pg.epoch(name) for name in names}  # see _run_backfill
             try:
                 heads = await self._pg.generations(names)
             except StorageError:
@@ -388,7 +392,7 @@ class Cluster:
             for name in names:
                 epoch, head = heads.get(name, (0, 0))
                 held = self._pg.epoch(name)
-                if held > 0 and epoch != held:
+                if held > 0 and epoch != held and held_before.get(name) == held:
                     self._drop(name)  # deleted (and perhaps created again) elsewhere
                 elif head > self._pg.watermark(name).mark or (held <= 0 and epoch > -held):
                     self._backfill(name)
