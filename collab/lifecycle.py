@@ -1,7 +1,9 @@
-"""How a connection ends, for both endpoints: the receive loop and a monitor run side by side;
-whichever finishes first decides. Peers are detached at once (before anything that could block
-on a peer that stopped reading), then the close is attempted within a bound, then the writer
-stops. Knows nothing of protocols or Starlette.
+"""How a connection ends, for both endpoints: its receive loop runs until the connection's
+``ConnectionEnd`` is decided, by the loop itself (the peer left, a protocol error) or from
+outside it (the connection's timer, its outbox overflowing, its room), whichever comes first.
+Peers are detached at once (before anything that could block on a peer that stopped reading),
+then the close is attempted within a bound, then the writer stops. Knows nothing of protocols
+or Starlette.
 """
 
 from __future__ import annotations
@@ -34,10 +36,36 @@ class CloseConnection(Exception):
         self.reason = reason
 
 
+class ConnectionEnd:
+    """The decision to end one connection: a future, decided once (later decisions are
+    ignored). ``None`` means the peer went away (nothing to send it). One future per
+    connection rather than a task per reason to end it: idle sockets cost memory."""
+
+    __slots__ = ("decided",)
+
+    def __init__(self) -> None:
+        self.decided: asyncio.Future[CloseConnection | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+
+    @property
+    def ended(self) -> bool:
+        return self.decided.done()
+
+    def close(self, decision: CloseConnection | None) -> None:
+        if not self.decided.done():
+            self.decided.set_result(decision)
+
+    def slow_consumer(self, metrics: Metrics, outbox: Outbox) -> None:
+        """The outbox overflowed (called from inside its ``put``): counted once, closed."""
+        if not self.decided.done():
+            self.decided.set_result(slow_consumer(metrics, outbox))
+
+
 async def run_connection(
     *,
     receive_loop: Coroutine[Any, Any, None],
-    monitor: Coroutine[Any, Any, CloseConnection | None],
+    end: ConnectionEnd,
     outbox: Outbox,
     transport: Transport,
     detach: Callable[[], None],
@@ -45,19 +73,21 @@ async def run_connection(
 ) -> None:
     writer = asyncio.ensure_future(outbox.drain_forever())
     receiver = asyncio.ensure_future(receive_loop)
-    watcher = asyncio.ensure_future(monitor)
+
+    def receiver_done(task: asyncio.Task[None]) -> None:
+        end.close(None if task.cancelled() else _decision(task.exception()))
+
+    receiver.add_done_callback(receiver_done)
+    outbox.on_overflow = lambda: end.slow_consumer(metrics, outbox)
     close: CloseConnection | None = None
     try:
-        done, _ = await asyncio.wait({receiver, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if watcher in done and not watcher.cancelled():
-            close = watcher.result()
-        if close is None and receiver in done and not receiver.cancelled():
-            close = _decision(receiver.exception())
+        if outbox.overflow_limit:  # overflowed before the hook was set (an initial burst)
+            end.slow_consumer(metrics, outbox)
+        close = await end.decided
     finally:
-        for task in (receiver, watcher):
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        receiver.cancel()
+        with contextlib.suppress(BaseException):
+            await receiver
         detach()
         if close is not None:
             metrics.closes.labels(label_value(close.reason.split(":")[0])).inc()

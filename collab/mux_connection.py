@@ -1,14 +1,14 @@
 """One ``/ws`` connection: the sans-IO ``ServerSession`` wrapped in a receive loop.
 
 Knows nothing of Starlette (it talks to a ``Transport``). Receive path: feed the session, act on
-its events, put replies on the bounded outbox. A monitor task sends app-level pings, closes idle
-peers, channels whose auth never resolved and sockets with no granted channel for the auth
-timeout, and closes the connection when its outbox overflows.
+its events, put replies on the bounded outbox. One timer per connection (no task: idle sockets
+cost memory) sends app-level pings, closes idle peers, channels whose auth never resolved and
+sockets with no granted channel for the auth timeout, and ends grants at their token's expiry;
+an overflowing outbox ends the connection through its ``on_overflow`` hook.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -33,12 +33,13 @@ from tether.protocol.session import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
+from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
+from .connection_timer import ConnectionTimer
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
 from .initial_sync import InitialSync
-from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .lifecycle import CloseConnection, ConnectionEnd, detach_each, run_connection
 from .limits import refuse
 from .metrics import label_value
 from .outbox import Outbox
@@ -90,20 +91,29 @@ class MuxConnection:
         # Since when no channel has been granted (None while one is): a socket that only pings,
         # or whose every channel was refused, is closed after the auth timeout.
         self._ungranted_since: float | None = self._connected_at
+        self._last_ping = self._connected_at
+        self._end = ConnectionEnd()
+        self._timer = ConnectionTimer(self._on_timer)
+        # The channel count the timer last saw: a new channel (a frame before its Token) may
+        # bring an auth deadline earlier than the one armed.
+        self._channels_seen = 0
+        self._deadlines_moved = False
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
         metrics.connections.labels(self._endpoint).inc()
         try:
+            self._arm_timer(time.monotonic())
             await run_connection(
                 receive_loop=self._receive_loop(),
-                monitor=self._monitor(),
+                end=self._end,
                 outbox=self._outbox,
                 transport=self._transport,
                 detach=self._detach_all,
                 metrics=metrics,
             )
         finally:
+            self._timer.cancel()
             self._session.close()  # gives its pre-auth bytes back to the shared budget
             metrics.connections.labels(self._endpoint).dec()
 
@@ -124,6 +134,11 @@ class MuxConnection:
                 raise
             for event in events:
                 await self._handle(event)
+            if self._deadlines_moved or session.channel_count != self._channels_seen:
+                # A Token, a grant, a refusal or a close may bring a deadline earlier (not
+                # per edit: Incoming and Reply events leave them be).
+                self._deadlines_moved = False
+                self._arm_timer(time.monotonic())
 
     async def _handle(self, event: SessionEvent) -> None:
         if isinstance(event, Incoming):
@@ -131,9 +146,12 @@ class MuxConnection:
             if isinstance(event.message, Stateless):
                 room, peer = self._attached[event.channel]
                 await self._ctx.hooks.on_stateless(room, peer, event.message.payload)
-        elif isinstance(event, Reply):
+            return
+        if isinstance(event, Reply):
             self._outbox.put(event.frame)
-        elif isinstance(event, AuthRequested):
+            return
+        self._deadlines_moved = True
+        if isinstance(event, AuthRequested):
             for follow_up in await self._authenticate(event):
                 await self._handle(follow_up)
         elif isinstance(event, ChannelOpened):
@@ -225,35 +243,63 @@ class MuxConnection:
             if isinstance(event, Reply):
                 self._outbox.put(event.frame)
         self._detach(channel)
+        if not self._end.ended:
+            self._arm_timer(time.monotonic())  # perhaps no document granted now
 
     def _detach_all(self) -> None:
         self._initial_sync.close()
         detach_each([lambda c=channel: self._detach(c) for channel in list(self._attached)])
 
-    async def _monitor(self) -> CloseConnection:
-        """Pings, and decides when to close: slow reader, idle peer, auth never resolved."""
-        s = self._ctx.settings
-        tick = max(0.05, min(s.ping_interval, s.auth_timeout, s.idle_timeout) / 4)
-        last_ping = time.monotonic()
-        overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
+    def _on_timer(self) -> None:
+        """What is due now: a ping, or the decision to close (idle peer, auth never resolved);
+        grants whose token expired end. Then the timer is armed for the next deadline."""
+        if self._end.ended:
+            return
         try:
-            while True:
-                done, _ = await asyncio.wait({overflow}, timeout=tick)
-                if done:
-                    return slow_consumer(self._ctx.metrics, self._outbox)
-                now = time.monotonic()
-                if now - last_ping >= s.ping_interval:
-                    self._outbox.put(PING_FRAME)
-                    last_ping = now
-                if now - self._last_seen > s.idle_timeout:
-                    return CloseConnection(IDLE_TIMEOUT, "idle timeout: no message from the peer")
-                if self._auth_overdue(now):
-                    return CloseConnection(
-                        AUTH_TIMEOUT, "authentication timeout: no document granted"
-                    )
-                self._expire_grants()
-        finally:
-            overflow.cancel()
+            close = self._due(time.monotonic())
+        except Exception:
+            log.exception("a connection's timer failed")
+            close = CloseConnection(INTERNAL_ERROR, "internal error")
+        if close is not None:
+            self._end.close(close)
+            return
+        self._arm_timer(time.monotonic())
+
+    def _due(self, now: float) -> CloseConnection | None:
+        s = self._ctx.settings
+        if now - self._last_seen > s.idle_timeout:
+            return CloseConnection(IDLE_TIMEOUT, "idle timeout: no message from the peer")
+        if self._auth_overdue(now):
+            return CloseConnection(AUTH_TIMEOUT, "authentication timeout: no document granted")
+        if now - self._last_ping >= s.ping_interval:
+            self._outbox.put(PING_FRAME)
+            self._last_ping = now
+        self._expire_grants()
+        return None
+
+    def _arm_timer(self, now: float) -> None:
+        """Arm the timer for the earliest deadline: the next ping, the idle timeout, the auth
+        timeout of a channel (or of a socket with none granted), the first token expiry."""
+        s = self._ctx.settings
+        session = self._session
+        self._channels_seen = session.channel_count
+        # Just past the idle and auth deadlines: they are "longer than", not "as long as".
+        due = min(self._last_ping + s.ping_interval, self._last_seen + s.idle_timeout + 0.001)
+        waiting_since = session.earliest_waiting_since()
+        if waiting_since is not None:
+            due = min(due, waiting_since + s.auth_timeout + 0.001)
+        if session.has_granted_channel():
+            self._ungranted_since = None
+        else:
+            if self._ungranted_since is None:
+                self._ungranted_since = now
+            due = min(due, self._ungranted_since + s.auth_timeout + 0.001)
+        if self._grant_of_channel:
+            wall = time.time()
+            for grant in self._grant_of_channel.values():
+                if grant.expires_at is not None:
+                    due = min(due, now + max(0.0, grant.expires_at - wall))
+        self._timer.arm(due)
 
     def _auth_overdue(self, now: float) -> bool:
         timeout = self._ctx.settings.auth_timeout
