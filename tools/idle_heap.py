@@ -1,10 +1,9 @@
 """Where an idle ``/ws`` connection's server memory goes: Python heap (tracemalloc) and RSS.
 
-Runs the server in this process (uvicorn in a thread, the same ``ws`` implementation
-``tether serve`` uses) and the idle clients in a subprocess, so only the server's allocations
-are counted. Usage: ``python tools/idle_heap.py [connections] [documents] [top] [--tracebacks]``
-from the repository's root. A
-measuring tool, not a test.
+Runs the server in this process (uvicorn in a thread, with the settings ``tether serve`` gives
+it) and the idle clients in a subprocess, so only the server's allocations are counted. From
+the repository's root: ``PYTHONPATH=. python tools/idle_heap.py [connections] [documents]
+[top] [--tracebacks]``. A measuring tool, not a test.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import uvicorn
 from tether.collab.bench.launcher import free_port
 from tether.collab.config import Settings
 from tether.collab.server import create_app
+from tether.collab.ws_protocol import SlimWebSocketsProtocol
 
 _CLIENT = """
 import asyncio, sys
@@ -64,6 +64,7 @@ def main() -> None:
         ws_ping_interval=settings.ping_interval,
         ws_ping_timeout=settings.idle_timeout,
         ws_per_message_deflate=False,
+        ws=SlimWebSocketsProtocol,
     )
     server = uvicorn.Server(config)
     threading.Thread(target=server.run, daemon=True).start()
