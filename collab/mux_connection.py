@@ -62,10 +62,10 @@ class MuxConnection:
         endpoint: str = "ws",
     ) -> None:
         s = ctx.settings
-        self._endpoint = endpoint
-        self._auth_refusals_logged: set[str] = (
-            set()
-        )  # the metrics label: "ws", or "http" for the HTTP fallback
+        self._endpoint = endpoint  # the metrics label: "ws", or "http" for the HTTP fallback
+        # Auth refusal reasons this connection was logged for (made on first use: an empty set
+        # is 216 bytes on every idle connection).
+        self._auth_refusals_logged: set[str] | None = None
         self._transport = transport
         self._ctx = ctx
         self._connection = connection  # what on_authenticate hooks see of this socket
@@ -83,7 +83,7 @@ class MuxConnection:
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._attached: dict[str, tuple[Room, Peer]] = {}
         # Limits this connection ran into and was logged for (collab.limits: once each).
-        self._refusals_logged: set[str] = set()
+        self._refusals_logged: set[str] | None = None
         self._grants: dict[str, Grant] = {}
         self._grant_of_channel: dict[str, Grant] = {}
         self._connected_at = time.monotonic()
@@ -161,6 +161,8 @@ class MuxConnection:
         elif isinstance(event, ChannelRefused):
             # Only that document is refused (its PermissionDenied is the Reply before this);
             # the socket and its other documents carry on. Counted each time, logged once.
+            if self._refusals_logged is None:
+                self._refusals_logged = set()
             refuse(
                 self._ctx.metrics,
                 _LIMIT_SETTINGS.get(event.limit, event.limit),
@@ -199,8 +201,11 @@ class MuxConnection:
                 auth.check(grant, event.document)
         except AuthError as exc:
             self._ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
-            if str(exc) not in self._auth_refusals_logged and len(self._auth_refusals_logged) < 8:
-                self._auth_refusals_logged.add(str(exc))  # once per reason and connection
+            logged = self._auth_refusals_logged
+            if logged is None:
+                logged = self._auth_refusals_logged = set()
+            if str(exc) not in logged and len(logged) < 8:
+                logged.add(str(exc))  # once per reason and connection
                 log.info(
                     "refused document %r on a %s connection: %s",
                     event.document,

@@ -48,6 +48,7 @@ from .mux_connection import MuxConnection
 from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
+from .request_headers import RequestHeaders
 from .rest_documents import DocumentsApi
 from .rooms import RoomManager
 from .storage import Store
@@ -583,9 +584,7 @@ class TetherServer:
 def _connection_info(
     scope: Scope, endpoint: str, path: str, address: str, document: str | None = None
 ) -> ConnectionInfo:
-    headers = {
-        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-    }
+    headers = RequestHeaders(scope.get("headers", []))  # decoded if a hook reads them
     query = scope.get("query_string", b"").decode("latin-1")
     return ConnectionInfo(endpoint, path, address, headers, query, document)
 

@@ -5,9 +5,11 @@ one uvicorn's ``ws=auto`` picks) keeps, for the socket's whole life, an ``asynci
 received messages (four waiter/item deques, ~740 bytes each), an ``asyncio.Event`` for write
 flow control (another deque), and the parsed upgrade request and the response object with
 their headers (~2.5 KB), both used only during the handshake (the ASGI scope keeps its own copy
-of the request headers). Here the queue and the event are slim equivalents (a list, waiters made
-on first wait) and the handshake objects are emptied or dropped once used. Behaviour is
-unchanged; host apps that mount tether's ASGI app under their own server do not get the saving.
+of the request headers), all in a 1.5 KB instance dict. Here the queue and the event are slim
+equivalents (a list, waiters made on first wait), the attributes are slots, and the handshake
+objects are emptied or dropped once used; keepalive pings wait in the shared timer wheel.
+Behaviour is unchanged; host apps that mount tether's ASGI app under their own server do not
+get the saving.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from .connection_timer import ConnectionTimer
 from .slim_event import SlimEvent
 
 
@@ -71,6 +74,49 @@ class _SlimQueue:
 
 
 class SlimWebSocketsProtocol(WebSocketsSansIOProtocol):
+    # Every attribute uvicorn 0.55's protocol sets, as slots: it sets 37, past the 30 an
+    # instance dict shares its keys for, so each socket got its own 1.5 KB dict. (A name a later
+    # uvicorn adds just lands in the instance dict, as before.)
+    __slots__ = (
+        "app",
+        "app_state",
+        "asgi_version",
+        "client",
+        "close_sent",
+        "close_timeout",
+        "close_timer",
+        "config",
+        "conn",
+        "connections",
+        "curr_msg_data_type",
+        "default_headers",
+        "disconnected",
+        "frames",
+        "handshake_complete",
+        "handshake_initiated",
+        "initial_response",
+        "last_ping_rtt",
+        "logger",
+        "loop",
+        "pending_ping_payload",
+        "ping_interval",
+        "ping_sent_at",
+        "ping_timeout",
+        "ping_timer",
+        "pong_timer",
+        "queue",
+        "read_paused",
+        "request",
+        "response",
+        "root_path",
+        "scheme",
+        "scope",
+        "server",
+        "tasks",
+        "transport",
+        "writable",
+    )
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.queue = _SlimQueue()  # type: ignore[assignment]
@@ -83,6 +129,14 @@ class SlimWebSocketsProtocol(WebSocketsSansIOProtocol):
         # websockets' parser keeps it alive (a local of its generator): empty its headers.
         self.request = None
         event.headers.clear()
+
+    def schedule_ping(self) -> None:
+        # The next keepalive ping in the shared timer wheel (collab.connection_timer), not a
+        # loop timer of its own (~0.5 KB each under uvloop); ``ping_timer.cancel()`` still works.
+        assert self.ping_interval is not None
+        timer = ConnectionTimer(self.send_keepalive_ping)
+        timer.arm_in(max(0.0, self.ping_interval - self.last_ping_rtt))
+        self.ping_timer = timer  # type: ignore[assignment]
 
     async def send(self, message: Any) -> None:
         await super().send(message)

@@ -3,7 +3,7 @@
 Runs the server in this process (uvicorn in a thread, with the settings ``tether serve`` gives
 it) and the idle clients in a subprocess, so only the server's allocations are counted. From
 the repository's root: ``PYTHONPATH=. python tools/idle_heap.py [connections] [documents]
-[top] [--tracebacks]``. A measuring tool, not a test.
+[top] [--files] [--tracebacks]``. A measuring tool, not a test.
 """
 
 from __future__ import annotations
@@ -104,6 +104,10 @@ def main() -> None:
             f"{s.size_diff / 1024 / n:7.2f} KB {s.count_diff / n:6.1f} obj"
             f"  {frame.filename.split('site-packages/')[-1]}:{frame.lineno}"
         )
+    if "--files" in sys.argv:
+        for s in snap2.compare_to(snap1, "filename")[:top]:
+            name = s.traceback[0].filename.split("site-packages/")[-1]
+            print(f"{s.size_diff / 1024 / n:7.2f} KB {s.count_diff / n:6.1f} obj  {name}")
     if "--tracebacks" in sys.argv:
         for s in snap2.compare_to(snap1, "traceback")[:12]:
             print(f"--- {s.size_diff / 1024 / n:7.2f} KB {s.count_diff / n:6.1f} obj")
