@@ -38,28 +38,38 @@ class CloseConnection(Exception):
 
 class ConnectionEnd:
     """The decision to end one connection: a future, decided once (later decisions are
-    ignored). ``None`` means the peer went away (nothing to send it). One future per
-    connection rather than a task per reason to end it: idle sockets cost memory."""
+    ignored). ``None`` means the peer went away (nothing to send it). Decided from outside the
+    receive loop (a timer, another connection's fan-out, the room), it interrupts the loop
+    wherever it waits; decided from inside it, the loop sees ``ended`` after the frame it is
+    handling. One future per connection rather than a task per reason to end it, and the loop
+    runs in the connection's own task: idle sockets cost memory."""
 
-    __slots__ = ("decided",)
+    __slots__ = ("_metrics", "_outbox", "_receiving", "decided")
 
-    def __init__(self) -> None:
+    def __init__(self, metrics: Metrics, outbox: Outbox) -> None:
         self.decided: asyncio.Future[CloseConnection | None] = (
             asyncio.get_running_loop().create_future()
         )
+        self._metrics = metrics
+        self._outbox = outbox
+        self._receiving: asyncio.Task[Any] | None = None  # the task running the receive loop
 
     @property
     def ended(self) -> bool:
         return self.decided.done()
 
     def close(self, decision: CloseConnection | None) -> None:
-        if not self.decided.done():
-            self.decided.set_result(decision)
+        if self.decided.done():
+            return
+        self.decided.set_result(decision)
+        task = self._receiving
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # the receive loop's own task: run_connection takes it back
 
-    def slow_consumer(self, metrics: Metrics, outbox: Outbox) -> None:
-        """The outbox overflowed (called from inside its ``put``): counted once, closed."""
+    def overflowed(self) -> None:
+        """The outbox overflowed (its ``on_overflow``, called inside ``put``): counted once."""
         if not self.decided.done():
-            self.decided.set_result(slow_consumer(metrics, outbox))
+            self.close(slow_consumer(self._metrics, self._outbox))
 
 
 async def run_connection(
@@ -71,23 +81,17 @@ async def run_connection(
     detach: Callable[[], None],
     metrics: Metrics,
 ) -> None:
+    """Runs ``receive_loop`` in this task (it must return once ``end.ended``, after the frame
+    it is handling) until ``end`` is decided, then closes the connection."""
     writer = asyncio.ensure_future(outbox.drain_forever())
-    receiver = asyncio.ensure_future(receive_loop)
-
-    def receiver_done(task: asyncio.Task[None]) -> None:
-        end.close(None if task.cancelled() else _decision(task.exception()))
-
-    receiver.add_done_callback(receiver_done)
-    outbox.on_overflow = lambda: end.slow_consumer(metrics, outbox)
+    outbox.on_overflow = end.overflowed
     close: CloseConnection | None = None
     try:
         if outbox.overflow_limit:  # overflowed before the hook was set (an initial burst)
-            end.slow_consumer(metrics, outbox)
-        close = await end.decided
+            end.overflowed()
+        await _receive_until_ended(receive_loop, end)
+        close = end.decided.result()
     finally:
-        receiver.cancel()
-        with contextlib.suppress(BaseException):
-            await receiver
         detach()
         if close is not None:
             metrics.closes.labels(label_value(close.reason.split(":")[0])).inc()
@@ -102,6 +106,28 @@ async def run_connection(
         writer.cancel()
         with contextlib.suppress(BaseException):
             await writer
+
+
+async def _receive_until_ended(receive_loop: Coroutine[Any, Any, None], end: ConnectionEnd) -> None:
+    task = asyncio.current_task()
+    if end.ended:
+        receive_loop.close()
+        return
+    end._receiving = task
+    try:
+        await receive_loop
+        end.close(None)  # the peer went away, or the loop saw ``ended``
+    except asyncio.CancelledError:
+        # Ours (``end.close`` from outside): taken back. Another cancellation too (the
+        # server stopping): it goes on.
+        if not end.ended or (task is not None and task.uncancel() > 0):
+            raise
+    except BaseException as exc:
+        end.close(_decision(exc))
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        end._receiving = None
 
 
 def _decision(exc: BaseException | None) -> CloseConnection | None:

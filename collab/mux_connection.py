@@ -92,7 +92,7 @@ class MuxConnection:
         # or whose every channel was refused, is closed after the auth timeout.
         self._ungranted_since: float | None = self._connected_at
         self._last_ping = self._connected_at
-        self._end = ConnectionEnd()
+        self._end = ConnectionEnd(ctx.metrics, self._outbox)
         self._timer = ConnectionTimer(self._on_timer)
         # The channel count the timer last saw: a new channel (a frame before its Token) may
         # bring an auth deadline earlier than the one armed.
@@ -134,6 +134,8 @@ class MuxConnection:
                 raise
             for event in events:
                 await self._handle(event)
+            if self._end.ended:
+                return  # decided while handling this frame (its own outbox overflowed)
             if self._deadlines_moved or session.channel_count != self._channels_seen:
                 # A Token, a grant, a refusal or a close may bring a deadline earlier (not
                 # per edit: Incoming and Reply events leave them be).

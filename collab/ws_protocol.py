@@ -7,7 +7,8 @@ flow control (another deque), and the parsed upgrade request and the response ob
 their headers (~2.5 KB), both used only during the handshake (the ASGI scope keeps its own copy
 of the request headers), all in a 1.5 KB instance dict. Here the queue and the event are slim
 equivalents (a list, waiters made on first wait), the attributes are slots, and the handshake
-objects are emptied or dropped once used; keepalive pings wait in the shared timer wheel.
+objects (and the scope's headers, which only tether's app reads, before it accepts) are
+emptied or dropped once used; keepalive pings wait in the shared timer wheel.
 Behaviour is unchanged; host apps that mount tether's ASGI app under their own server do not
 get the saving.
 """
@@ -142,3 +143,6 @@ class SlimWebSocketsProtocol(WebSocketsSansIOProtocol):
         await super().send(message)
         if self.handshake_complete and getattr(self, "response", None) is not None:
             self.response = None  # sent (accepted or refused): not read again
+            # tether's app reads the scope's headers before it accepts, and keeps the list
+            # itself when a hook may read them (collab.server._connection_info).
+            self.scope["headers"] = []

@@ -61,7 +61,7 @@ class YwsConnection:
         s = ctx.settings
         self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
-        self._end = ConnectionEnd()
+        self._end = ConnectionEnd(ctx.metrics, self._outbox)
         # Keepalives and the token's expiry: one timer, no task per socket (memory).
         self._timer = ConnectionTimer(self._on_timer)
         self._next_keepalive = time.monotonic() + s.ping_interval
@@ -110,6 +110,8 @@ class YwsConnection:
                 room.send_presence(peer)
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
+            if self._end.ended:
+                return  # decided while handling this frame (its own outbox overflowed)
 
     def _refuse_upload(self, peer: Peer, size: int, limit: int) -> None:
         """An editor's own change over ``max_frame_bytes`` (a paste). Closing would make
