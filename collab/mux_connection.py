@@ -134,6 +134,7 @@ class MuxConnection:
                 raise
             for event in events:
                 await self._handle(event)
+            event = events = data = None  # type: ignore[assignment]  # not held while idle
             if self._end.ended:
                 return  # decided while handling this frame (its own outbox overflowed)
             if self._deadlines_moved or session.channel_count != self._channels_seen:

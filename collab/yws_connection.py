@@ -110,6 +110,7 @@ class YwsConnection:
                 room.send_presence(peer)
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
+            message = data = None  # type: ignore[assignment]  # not held while idle
             if self._end.ended:
                 return  # decided while handling this frame (its own outbox overflowed)
 
