@@ -327,7 +327,8 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
     known: list[OriginPair] = []
     later: list[OriginPair] = []
     facts: OrderFacts | None = None
-    for item in scan.items:
+    shown: set[int] = set()  # this update's items whose own pair is shown in order already
+    for position, item in enumerate(scan.items):
         origin, right = item.origin, item.right_origin
         if origin is None or right is None:
             continue
@@ -336,6 +337,7 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
             fresh.record(scan, guard.known_clocks)
             facts = OrderFacts(guard.chains, fresh)
         if facts.left_of(origin, right):
+            shown.add(position)
             continue  # shown in order by history: nothing to ask yrs
         if origin == right or facts.left_of(right, origin):
             raise _inconsistent()
@@ -343,11 +345,39 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
             known.append((origin, right))
         else:
             later.append((origin, right))
+    undecided: list[OriginPair] = []
     if known:
-        # Pairs the walk cannot order now (two deleted items, nothing visible between) are
-        # asked again once this update's own items are in: they may show the order then.
-        later += _check_pairs(doc, known, unplaceable_is_inconsistent=True)
-    return later
+        undecided = _check_pairs(doc, known, unplaceable_is_inconsistent=True)
+        if later:
+            unseen = set(undecided)
+            shown.update(
+                position
+                for position, item in enumerate(scan.items)
+                if item.origin is not None
+                and item.right_origin is not None
+                and guard.knows(item.origin)
+                and guard.knows(item.right_origin)
+                and (item.origin, item.right_origin) not in unseen
+            )
+    if later:
+        # An item of this update whose own pair is shown sits left of its right origin, every
+        # unit of it: a pair from inside it to that same right origin is in order too.
+        shown_by_right: dict[ID, list[ScannedItem]] = {}
+        for position in shown:
+            item = scan.items[position]
+            assert item.right_origin is not None
+            shown_by_right.setdefault(item.right_origin, []).append(item)
+        later = [
+            (left, right)
+            for left, right in later
+            if not any(
+                item.client == left[0] and item.clock <= left[1] < item.clock + item.length
+                for item in shown_by_right.get(right, ())
+            )
+        ]
+    # Pairs the walk cannot order now (two deleted items, nothing visible between) are asked
+    # again once this update's own items are in: they may show the order then.
+    return later + undecided
 
 
 def check_applied_origin_order(doc: Doc, pairs: list[OriginPair]) -> None:
