@@ -46,6 +46,7 @@ from .update_guard import (
     check_applied_origin_order,
     check_origin_order,
 )
+from .yrs_panics import is_rust_panic
 
 log = logging.getLogger(__name__)
 
@@ -69,8 +70,8 @@ def apply_update(doc: Doc, update: bytes, origin: object) -> None:
             doc.apply_update(update)
     except Exception as exc:
         raise InvalidUpdate(str(exc)) from exc
-    except BaseException as exc:  # pyo3's PanicException derives from BaseException
-        if type(exc).__name__ != "PanicException":
+    except BaseException as exc:
+        if not is_rust_panic(exc):
             raise
         raise InvalidUpdate("update caused a decoder panic") from exc
 
