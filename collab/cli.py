@@ -298,6 +298,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .server import create_app
+    from .ws_protocol import SlimWebSocketsProtocol
 
     config = uvicorn.Config(
         create_app(settings),
@@ -310,6 +311,8 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
         ws_max_size=settings.max_frame_bytes * 2,
+        # uvicorn's sans-I/O websockets protocol (ws=auto's), holding less per idle socket.
+        ws=SlimWebSocketsProtocol,
         ws_ping_interval=settings.ping_interval,
         # Past our own app-level idle close, so that one (4000, clear reason) wins.
         ws_ping_timeout=settings.idle_timeout,
