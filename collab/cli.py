@@ -119,6 +119,7 @@ _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
 _STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
 _BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
+_RECONNECT_HELP = "an editor reconnects with a burst of offline edits: does everyone stall?"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback balancer"
 _CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.bigdoc import add_bigdoc_arguments
         from .bench.idle import add_idle_arguments
         from .bench.model import add_model_arguments
+        from .bench.reconnect import add_reconnect_arguments
         from .bench.startup import add_startup_arguments
         from .bench.storm import add_storm_arguments
         from .bench.sync import add_sync_arguments
@@ -212,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
         add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
+        add_reconnect_arguments(bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -222,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
         bench_kinds.add_parser("storm", help=_STORM_HELP)
         bench_kinds.add_parser("idle", help=_IDLE_HELP)
+        bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -252,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.idle import run_idle_bench
 
         return run_idle_bench(args)
+    if args.bench == "reconnect":
+        from .bench.reconnect import run_reconnect_bench
+
+        return run_reconnect_bench(args)
     if args.bench == "storm":
         from .bench.storm import run_storm_bench
 
@@ -305,6 +313,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .server import create_app
+    from .ws_protocol import SlimWebSocketsProtocol
 
     config = uvicorn.Config(
         create_app(settings),
@@ -317,6 +326,8 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
         ws_max_size=settings.max_frame_bytes * 2,
+        # uvicorn's sans-I/O websockets protocol (ws=auto's), holding less per idle socket.
+        ws=SlimWebSocketsProtocol,
         ws_ping_interval=settings.ping_interval,
         # Past our own app-level idle close, so that one (4000, clear reason) wins.
         ws_ping_timeout=settings.idle_timeout,

@@ -48,6 +48,7 @@ from .mux_connection import MuxConnection
 from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
+from .request_headers import RequestHeaders
 from .rest_documents import DocumentsApi
 from .rooms import RoomManager
 from .storage import Store
@@ -555,7 +556,7 @@ class TetherServer:
         log.debug("socket opened from %s on %s", address, path)
         try:
             if path == "/ws":
-                connection = _connection_info(scope, "ws", path, address)
+                connection = _connection_info(scope, "ws", path, address, hooks=self.hooks)
                 if await self._connected(ws, connection):
                     try:
                         await self.ws_endpoint(ws, connection)
@@ -566,7 +567,7 @@ class TetherServer:
                 # scope["path"] is percent-decoded already (once): decoding again made "rep%2541"
                 # the document "repA", under a token checked for that name.
                 name = path[len("/yjs/") :]
-                connection = _connection_info(scope, "yjs", path, address, name)
+                connection = _connection_info(scope, "yjs", path, address, name, hooks=self.hooks)
                 if await self._connected(ws, connection):
                     try:
                         await self.yjs_endpoint(ws, name, query, connection)
@@ -603,13 +604,24 @@ class TetherServer:
 
 
 def _connection_info(
-    scope: Scope, endpoint: str, path: str, address: str, document: str | None = None
+    scope: Scope,
+    endpoint: str,
+    path: str,
+    address: str,
+    document: str | None = None,
+    *,
+    hooks: Hooks | None = None,
 ) -> ConnectionInfo:
-    headers = {
-        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-    }
+    # Decoded if a hook reads them; not even kept when no extension has a hook that is shown
+    # the connection (the scope's copy is then released after the handshake under tether
+    # serve: ~1 KB per idle socket).
+    seen = hooks is None or any(hooks.has(name) for name in _CONNECTION_HOOKS)
+    headers = RequestHeaders(scope.get("headers", []) if seen else ())
     query = scope.get("query_string", b"").decode("latin-1")
     return ConnectionInfo(endpoint, path, address, headers, query, document)
+
+
+_CONNECTION_HOOKS = ("on_connect", "on_authenticate", "on_disconnect")
 
 
 def route_path(scope: Scope) -> str:

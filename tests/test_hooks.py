@@ -53,7 +53,23 @@ async def test_on_connect_refuses_by_raising_and_fills_the_context_later_hooks_s
         assert doc.scope == "read-write"
     events = events_until(host, "disconnect ws user=carol")
     assert "connect ws user=carol" in events
-    assert "authenticate hooks/ctx ws user=carol" in events  # on_connect's context reached it
+    # on_connect's context reached it, and so did the headers
+    assert "authenticate hooks/ctx ws user=carol header=carol" in events
+
+
+async def test_hooks_see_the_headers_after_the_accept_under_tether_serves_protocol(tmp_path):
+    """SlimWebSocketsProtocol drops the scope's headers once accepted; on_authenticate runs
+    later (per document) and must still read them."""
+    args = ("--secret", SECRET, "--slim-ws")
+    with HostProcess(HOOKS_HOST, tmp_path, *args, ready_path="/t/health") as slim:
+        url = slim.ws("/t/ws")
+        async with await MuxPeer.connect(url, additional_headers={"x-user": "erin"}) as p:
+            doc = await p.open("hooks/late", "db:erin")
+            assert doc.scope == "read-write"
+            second = await p.open("hooks/later", "db:erin")  # after the accept, long after
+            assert second.scope == "read-write"
+        events = events_until(slim, "disconnect ws user=erin")
+    assert "authenticate hooks/later ws user=erin header=erin" in events
 
 
 async def test_on_authenticate_grants_denies_or_falls_through_to_jwt(host):
