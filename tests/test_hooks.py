@@ -193,8 +193,8 @@ async def test_http_fallback_sessions_run_the_same_on_connect_hooks_as_ws(host):
         assert doc.scope == "read-write"
     events = events_until(host, "disconnect http user=dave")
     assert "connect http user=dave" in events
-    assert "authenticate None http user=dave" in events  # the session's own token
-    assert "authenticate hooks/http http user=dave" in events  # a channel's, in the session
+    assert "authenticate None http user=dave header=dave" in events  # the session's own token
+    assert "authenticate hooks/http http user=dave header=dave" in events  # a channel's, in it
     assert after(events, "connect http user=dave", "disconnect http user=dave")
     metrics = httpx.get(host.http_url + "/t/metrics", timeout=5).text
     assert 'tether_auth_failures_total{reason="on_connect"}' in metrics
