@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import CHOICES, Settings, SettingsError, read_env_file, settings_from_env
+from .log_redaction import has_password
 from .version import VERSION
 
 _HELP = {
@@ -93,11 +94,15 @@ _HELP = {
     "openai_model": "model name sent upstream",
     "openai_api_key": "bearer key for the upstream",
     "openai_api": "chat (/chat/completions) or completions (/completions)",
-    "store": "'' (SQLite in data_dir) or postgresql://user@host:port/db shared by all nodes",
-    "bus": "redis://host:port/0: relays committed updates and presence between nodes",
+    "store": "'' (SQLite in data_dir) or postgresql://user@host:port/db shared by all nodes;"
+    " with a password in it, prefer the environment variable (or PGPASSWORD)",
+    "bus": "redis://host:port/0: relays committed updates and presence between nodes;"
+    " with a password in it (redis://:pw@host), prefer the environment variable",
     "node_id": "this node's name on the bus and in /health (default: host-pid)",
     "store_outage_timeout": "seconds writes wait (unacked) for PostgreSQL before failing",
     "store_queue_bytes": "bytes of writes that may wait for PostgreSQL; more fail at once",
+    "store_statement_cache_size": "prepared statements cached per PostgreSQL connection; 0 for"
+    " PgBouncer in transaction pooling (so does ?pgbouncer=true in --store)",
     "bus_queue_bytes": "bytes waiting to be published to Redis; beyond it entries are dropped",
     "bus_stream_length": "entries kept in each document's Redis stream (approximate)",
     "bus_reconcile_interval": "seconds between checks of loaded documents against PostgreSQL",
@@ -107,6 +112,8 @@ _HELP = {
 
 # Settings that are credentials: given as flags they show in ps, so the server warns.
 _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key", "webhook_secret")
+# URLs that may carry a password (user:password@): warned about only when they do.
+_URL_SETTINGS = ("store", "bus")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
@@ -294,6 +301,14 @@ def _serve(args: argparse.Namespace) -> int:
                 " (ps, /proc); set TETHER_%s in the environment instead",
                 flag,
                 secret.upper(),
+            )
+    for url_setting in _URL_SETTINGS:
+        if has_password(getattr(args, url_setting, None) or ""):
+            logging.getLogger("tether").warning(
+                "--%s carries a password on the command line, where every user of this machine"
+                " can read it (ps, /proc); set TETHER_%s in the environment instead",
+                url_setting,
+                url_setting.upper(),
             )
     import uvicorn
 

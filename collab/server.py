@@ -171,7 +171,13 @@ class TetherServer:
         self._crowded: set[str] = set()  # addresses logged for the limit (bounded likewise)
         self._said_not_started = False
         # The HTTP fallback for /ws (the same frames, connection logic, auth and limits).
-        self.http_transport = HttpTransport(settings, self.metrics, self._session_grant)
+        self.http_transport = HttpTransport(
+            settings,
+            self.metrics,
+            self._session_grant,
+            connect=self._session_connect,
+            disconnect=self.hooks.on_disconnect,
+        )
         self.cors_origins = OriginPolicy.from_settings(settings.cors_origins, auth="jwt")
         self.http_app = Starlette(
             routes=self.routes(), lifespan=self._lifespan, middleware=_cors(self.cors_origins)
@@ -209,6 +215,7 @@ class TetherServer:
             if engine is not None:
                 self.hooks.add(engine)
                 stack.callback(self.hooks.remove, engine)
+                self.cluster.on_deleted = engine.forget_document  # deleted on another node
             if settings.webhook_url:
                 webhooks = WebhookExtension(
                     settings.webhook_url,
@@ -418,10 +425,25 @@ class TetherServer:
             media_type="text/event-stream",
         )
 
-    async def _session_grant(self, token: str, request: Request) -> Grant:
-        """An HTTP fallback session's token, checked as REST's are (hooks first)."""
+    async def _session_connect(self, request: Request) -> ConnectionInfo:
+        """An HTTP fallback session arriving: the on_connect hooks, as for a /ws socket (an
+        AuthError refuses it, counted as /ws counts it)."""
         address = request.client.host if request.client else "unknown"
         info = _connection_info(request.scope, "http", route_path(request.scope), address)
+        try:
+            await self.hooks.on_connect(info)
+        except AuthError:
+            self.metrics.auth_failures.labels("on_connect").inc()
+            raise
+        return info
+
+    async def _session_grant(
+        self, token: str, request: Request, info: ConnectionInfo | None = None
+    ) -> Grant:
+        """An HTTP fallback session's token, checked as REST's are (hooks first)."""
+        if info is None:
+            address = request.client.host if request.client else "unknown"
+            info = _connection_info(request.scope, "http", route_path(request.scope), address)
         return await authenticate(self.ctx, token, None, info, check=False)
 
     async def _bearer_grant(self, request: Request, document: str | None) -> Grant | None:
