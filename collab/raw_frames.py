@@ -24,6 +24,8 @@ from typing import Any
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
+from .ws_protocol import SlimWebSocketsProtocol
+
 EXTENSION = "tether.raw_frames"
 
 _BINARY_FIN = 0x82
@@ -75,8 +77,11 @@ def raw_frame_writer(scope: Any) -> Callable[[Sequence[bytes]], bool] | None:
     return None if offered is None else offered["writer"].write
 
 
-class RawFramesProtocol(WebSocketsSansIOProtocol):
-    """uvicorn's sans-I/O WebSocket protocol, offering ``RawFrameWriter`` to the app."""
+class RawFramesProtocol(SlimWebSocketsProtocol):
+    """``tether serve``'s WebSocket protocol: the slim one (collab.ws_protocol), offering
+    ``RawFrameWriter`` to the app."""
+
+    __slots__ = ()  # keeps the slim protocol's slots: no instance dict per socket
 
     async def run_asgi(self) -> None:
         extensions: dict[str, Any] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
