@@ -312,8 +312,8 @@ def _serve(args: argparse.Namespace) -> int:
             )
     import uvicorn
 
+    from .raw_frames import RawFramesProtocol
     from .server import create_app
-    from .ws_protocol import SlimWebSocketsProtocol
 
     config = uvicorn.Config(
         create_app(settings),
@@ -326,8 +326,6 @@ def _serve(args: argparse.Namespace) -> int:
         log_config=None,
         # Frames above our limit get our own clear close; far above it, uvicorn's 1009.
         ws_max_size=settings.max_frame_bytes * 2,
-        # uvicorn's sans-I/O websockets protocol (ws=auto's), holding less per idle socket.
-        ws=SlimWebSocketsProtocol,
         ws_ping_interval=settings.ping_interval,
         # Past our own app-level idle close, so that one (4000, clear reason) wins.
         ws_ping_timeout=settings.idle_timeout,
@@ -335,6 +333,10 @@ def _serve(args: argparse.Namespace) -> int:
         # Yjs updates are small and already compact; deflating each copy per recipient costs
         # CPU on the fan-out path for nothing.
         ws_per_message_deflate=False,
+        # uvicorn's sans-I/O WebSocket protocol, holding less per idle socket
+        # (collab.ws_protocol), plus pre-framed fan-out writes (collab.raw_frames): one write
+        # per peer per loop turn, no per-frame ASGI message.
+        ws=RawFramesProtocol,
     )
     # After uvicorn.Config, which configures uvicorn's loggers and handlers: tokens in request
     # paths (the access log, WebSocket upgrade lines) never reach the log.

@@ -79,7 +79,12 @@ class MuxConnection:
             ),
             ctx.preauth_budget,
         )
-        self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._outbox = Outbox(
+            transport.send,
+            s.send_queue_frames,
+            s.send_queue_bytes,
+            getattr(transport, "write_now", None),  # collab.raw_frames, where offered
+        )
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._attached: dict[str, tuple[Room, Peer]] = {}
         # Limits this connection ran into and was logged for (collab.limits: once each).

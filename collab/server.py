@@ -48,6 +48,7 @@ from .mux_connection import MuxConnection
 from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
+from .raw_frames import raw_frame_writer
 from .request_headers import RequestHeaders
 from .rest_documents import DocumentsApi
 from .rooms import RoomManager
@@ -70,11 +71,14 @@ class _AsgiWebSocket:
     ASGI ``send`` skips Starlette's per-message wrappers (measured in ``tether bench sync``).
     """
 
-    __slots__ = ("_receive", "_send")
+    __slots__ = ("_receive", "_send", "write_now")
 
-    def __init__(self, receive: Receive, send: Send) -> None:
+    def __init__(self, receive: Receive, send: Send, scope: Scope | None = None) -> None:
         self._receive = receive
         self._send = send
+        # Pre-framed synchronous writes when the server offers them (tether serve's uvicorn
+        # protocol, collab.raw_frames); None under a host app's server: plain ASGI sends.
+        self.write_now = raw_frame_writer(scope)
 
     async def handshake(self) -> bool:
         """Consume ``websocket.connect``; False if the client left first."""
@@ -534,7 +538,7 @@ class TetherServer:
 
     async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Origin, per-address limit, then the endpoint by path."""
-        ws = _AsgiWebSocket(receive, send)
+        ws = _AsgiWebSocket(receive, send, scope)
         if not await ws.handshake():
             return
         refusal = _origin_refusal(scope, self.origins)

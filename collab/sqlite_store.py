@@ -294,7 +294,20 @@ class _Writer:
         now = time.time()
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            results = [self._run(op, now) for op in ops]
+            results: list[object] = []
+            start = 0
+            while start < len(ops):
+                # A run of appends (the common batch) takes one executemany and one touch per
+                # document; any other op runs alone, in order, between runs.
+                end = start
+                while end < len(ops) and ops[end].kind == "append":
+                    end += 1
+                if end > start:
+                    results.extend(self._append_many(ops[start:end], now))
+                    start = end
+                else:
+                    results.append(self._run(ops[start], now))
+                    start += 1
             self._conn.execute("COMMIT")
         except BaseException:
             self._log_lengths.clear()
@@ -320,6 +333,26 @@ class _Writer:
         self._conn.execute("INSERT INTO updates (name, data) VALUES (?, ?)", (name, data))
         self._log_lengths[name] = length
         return length
+
+    def _append_many(self, ops: list[_Op], now: float) -> list[int]:
+        """Appends in order; each one's result is its document's log length after it."""
+        if len(ops) == 1:
+            op = ops[0]
+            return [self._append(op.name, op.data, now)]
+        lengths: list[int] = []
+        counted: dict[str, int] = {}
+        for op in ops:
+            length = counted.get(op.name)
+            if length is None:
+                length = self._log_length(op.name)
+            counted[op.name] = length + 1
+            lengths.append(length + 1)
+        self._conn.executemany(_TOUCH, [(name, now, now) for name in counted])
+        self._conn.executemany(
+            "INSERT INTO updates (name, data) VALUES (?, ?)", [(op.name, op.data) for op in ops]
+        )
+        self._log_lengths.update(counted)
+        return lengths
 
     def _compact(self, name: str, snapshot: bytes, now: float) -> None:
         # Ops run in call order, so every log row present now was appended before compact().

@@ -59,7 +59,12 @@ class YwsConnection:
         self._document = document
         self._grant = grant
         s = ctx.settings
-        self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._outbox = Outbox(
+            transport.send,
+            s.send_queue_frames,
+            s.send_queue_bytes,
+            getattr(transport, "write_now", None),  # collab.raw_frames, where offered
+        )
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._end = ConnectionEnd(ctx.metrics, self._outbox)
         # Keepalives and the token's expiry: one timer, no task per socket (memory).
