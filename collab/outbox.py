@@ -38,6 +38,28 @@ class SlowConsumer(Exception):
 
 
 class Outbox:
+    # One per connection, idle or not: slots keep its twenty fields out of a per-instance dict.
+    __slots__ = (
+        "_bytes",
+        "_closed",
+        "_draining",
+        "_empty",
+        "_flush_scheduled",
+        "_frames",
+        "_gone",
+        "_loop",
+        "_max_bytes",
+        "_max_frames",
+        "_ready",
+        "_send",
+        "_tag_of",
+        "_tags",
+        "_write_now",
+        "on_overflow",
+        "overflow_limit",
+        "overflowed",
+    )
+
     def __init__(
         self,
         send: SendBytes,
@@ -111,7 +133,8 @@ class Outbox:
             for frame in frames:
                 self._sent(frame)
         self._bytes = 0
-        frames.clear()
+        while frames:  # not clear(): that allocates a fresh 0.5 KB block per idle connection
+            frames.popleft()
         self._empty.set()
 
     def put_tagged(self, frame: bytes, tag: Hashable) -> None:

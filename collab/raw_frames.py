@@ -6,10 +6,10 @@ and the payload: built here in one join and written to the transport synchronous
 frames in one ``transport.write`` (one syscall). That skips, per frame and per peer, the ASGI
 message dict, ``websockets``' frame objects and the drain task's wake-up.
 
-The app finds the writer as ``scope["extensions"]["tether.raw_frames"]["writer"]``; under any
+The app finds the protocol itself as ``scope["extensions"]["tether.raw_frames"]``; under any
 other server (a host app's) the key is absent and the app sends through plain ASGI messages.
-``write`` refuses (returns False) whenever a plain send would have to wait or fail: before the
-handshake, once a close frame is queued or sent, while the transport is closing or paused
+``write_frames`` refuses (returns False) whenever a plain send would have to wait or fail:
+before the handshake, once a close frame is queued or sent, while the transport is closing or paused
 (back-pressure: the transport's buffer is past its high-water mark). The caller then keeps the
 frames in its own bounded queue and sends them the ordinary way, so ordering with the close
 frame and the send-queue bounds are unchanged.
@@ -21,7 +21,6 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 from websockets.protocol import State
 
 from .ws_protocol import SlimWebSocketsProtocol
@@ -40,24 +39,36 @@ def binary_frame_header(length: int) -> bytes:
     return bytes((_BINARY_FIN, 127)) + length.to_bytes(8, "big")
 
 
-class RawFrameWriter:
-    """Writes binary messages straight to one connection's transport while that is safe."""
+def raw_frame_writer(scope: Any) -> Callable[[Sequence[bytes]], bool] | None:
+    """The connection's ``write_frames``, if its server offers one."""
+    if scope is None:
+        return None
+    offered = scope.get("extensions", {}).get(EXTENSION)
+    return None if offered is None else offered.write_frames
 
-    __slots__ = ("_protocol",)
 
-    def __init__(self, protocol: WebSocketsSansIOProtocol) -> None:
-        self._protocol = protocol
+class RawFramesProtocol(SlimWebSocketsProtocol):
+    """``tether serve``'s WebSocket protocol: the slim one (collab.ws_protocol), offering
+    ``write_frames`` to the app."""
 
-    def write(self, payloads: Sequence[bytes]) -> bool:
+    __slots__ = ()  # keeps the slim protocol's slots: no instance dict per socket
+
+    async def run_asgi(self) -> None:
+        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
+        # The protocol itself, not the usual dict of extension data: one object less per socket
+        # (only tether's app reads this key).
+        extensions[EXTENSION] = self
+        await super().run_asgi()
+
+    def write_frames(self, payloads: Sequence[bytes]) -> bool:
         """All of ``payloads`` as frames in one write, or nothing (False: send them the
         ordinary way, later)."""
-        protocol = self._protocol
-        transport: asyncio.Transport = protocol.transport
+        transport: asyncio.Transport = self.transport
         if (
-            not protocol.handshake_complete
-            or protocol.close_sent
-            or protocol.conn.state is not State.OPEN
-            or not protocol.writable.is_set()
+            not self.handshake_complete
+            or self.close_sent
+            or self.conn.state is not State.OPEN
+            or not self.writable.is_set()
             or transport.is_closing()
         ):
             return False
@@ -67,23 +78,3 @@ class RawFrameWriter:
             parts.append(payload)
         transport.write(b"".join(parts))
         return True
-
-
-def raw_frame_writer(scope: Any) -> Callable[[Sequence[bytes]], bool] | None:
-    """The connection's ``RawFrameWriter.write``, if its server offers one."""
-    if scope is None:
-        return None
-    offered = scope.get("extensions", {}).get(EXTENSION)
-    return None if offered is None else offered["writer"].write
-
-
-class RawFramesProtocol(SlimWebSocketsProtocol):
-    """``tether serve``'s WebSocket protocol: the slim one (collab.ws_protocol), offering
-    ``RawFrameWriter`` to the app."""
-
-    __slots__ = ()  # keeps the slim protocol's slots: no instance dict per socket
-
-    async def run_asgi(self) -> None:
-        extensions: dict[str, Any] = self.scope.setdefault("extensions", {})  # type: ignore[assignment]
-        extensions[EXTENSION] = {"writer": RawFrameWriter(self)}
-        await super().run_asgi()

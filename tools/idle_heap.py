@@ -23,8 +23,8 @@ import uvicorn
 
 from tether.collab.bench.launcher import free_port
 from tether.collab.config import Settings
+from tether.collab.raw_frames import RawFramesProtocol
 from tether.collab.server import create_app
-from tether.collab.ws_protocol import SlimWebSocketsProtocol
 
 _CLIENT = """
 import asyncio, sys
@@ -64,7 +64,7 @@ def main() -> None:
         ws_ping_interval=settings.ping_interval,
         ws_ping_timeout=settings.idle_timeout,
         ws_per_message_deflate=False,
-        ws=SlimWebSocketsProtocol,
+        ws=RawFramesProtocol,
     )
     server = uvicorn.Server(config)
     threading.Thread(target=server.run, daemon=True).start()
