@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import CHOICES, Settings, SettingsError, read_env_file, settings_from_env
+from .log_redaction import has_password
 from .version import VERSION
 
 _HELP = {
@@ -93,11 +94,15 @@ _HELP = {
     "openai_model": "model name sent upstream",
     "openai_api_key": "bearer key for the upstream",
     "openai_api": "chat (/chat/completions) or completions (/completions)",
-    "store": "'' (SQLite in data_dir) or postgresql://user@host:port/db shared by all nodes",
-    "bus": "redis://host:port/0: relays committed updates and presence between nodes",
+    "store": "'' (SQLite in data_dir) or postgresql://user@host:port/db shared by all nodes;"
+    " with a password in it, prefer the environment variable (or PGPASSWORD)",
+    "bus": "redis://host:port/0: relays committed updates and presence between nodes;"
+    " with a password in it (redis://:pw@host), prefer the environment variable",
     "node_id": "this node's name on the bus and in /health (default: host-pid)",
     "store_outage_timeout": "seconds writes wait (unacked) for PostgreSQL before failing",
     "store_queue_bytes": "bytes of writes that may wait for PostgreSQL; more fail at once",
+    "store_statement_cache_size": "prepared statements cached per PostgreSQL connection; 0 for"
+    " PgBouncer in transaction pooling (so does ?pgbouncer=true in --store)",
     "bus_queue_bytes": "bytes waiting to be published to Redis; beyond it entries are dropped",
     "bus_stream_length": "entries kept in each document's Redis stream (approximate)",
     "bus_reconcile_interval": "seconds between checks of loaded documents against PostgreSQL",
@@ -107,12 +112,15 @@ _HELP = {
 
 # Settings that are credentials: given as flags they show in ps, so the server warns.
 _SECRET_SETTINGS = ("jwt_secret", "metrics_token", "openai_api_key", "webhook_secret")
+# URLs that may carry a password (user:password@): warned about only when they do.
+_URL_SETTINGS = ("store", "bus")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
 _QUALITY_HELP = "suggestion quality per prompt, stopping rule and model, against TTFT"
 _STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
 _BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
+_RECONNECT_HELP = "an editor reconnects with a burst of offline edits: does everyone stall?"
 _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback balancer"
 _CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
@@ -190,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.bigdoc import add_bigdoc_arguments
         from .bench.idle import add_idle_arguments
         from .bench.model import add_model_arguments
+        from .bench.reconnect import add_reconnect_arguments
         from .bench.startup import add_startup_arguments
         from .bench.storm import add_storm_arguments
         from .bench.sync import add_sync_arguments
@@ -206,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
         add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
+        add_reconnect_arguments(bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP))
         from .bench.quality import add_quality_arguments
 
         add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
@@ -219,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
         bench_kinds.add_parser("storm", help=_STORM_HELP)
         bench_kinds.add_parser("idle", help=_IDLE_HELP)
+        bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP)
         bench_kinds.add_parser("quality", help=_QUALITY_HELP)
 
     args = parser.parse_args(argv)
@@ -254,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.idle import run_idle_bench
 
         return run_idle_bench(args)
+    if args.bench == "reconnect":
+        from .bench.reconnect import run_reconnect_bench
+
+        return run_reconnect_bench(args)
     if args.bench == "storm":
         from .bench.storm import run_storm_bench
 
@@ -296,8 +311,17 @@ def _serve(args: argparse.Namespace) -> int:
                 flag,
                 secret.upper(),
             )
+    for url_setting in _URL_SETTINGS:
+        if has_password(getattr(args, url_setting, None) or ""):
+            logging.getLogger("tether").warning(
+                "--%s carries a password on the command line, where every user of this machine"
+                " can read it (ps, /proc); set TETHER_%s in the environment instead",
+                url_setting,
+                url_setting.upper(),
+            )
     import uvicorn
 
+    from .raw_frames import RawFramesProtocol
     from .server import create_app
 
     config = uvicorn.Config(
@@ -318,6 +342,10 @@ def _serve(args: argparse.Namespace) -> int:
         # Yjs updates are small and already compact; deflating each copy per recipient costs
         # CPU on the fan-out path for nothing.
         ws_per_message_deflate=False,
+        # uvicorn's sans-I/O WebSocket protocol, holding less per idle socket
+        # (collab.ws_protocol), plus pre-framed fan-out writes (collab.raw_frames): one write
+        # per peer per loop turn, no per-frame ASGI message.
+        ws=RawFramesProtocol,
     )
     # After uvicorn.Config, which configures uvicorn's loggers and handlers: tokens in request
     # paths (the access log, WebSocket upgrade lines) never reach the log.

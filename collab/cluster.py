@@ -26,6 +26,12 @@ COMMIT and XADD, or a restart loses no acked edit and no convergence, only laten
 from other nodes is relayed the same way (not stored) and expires after ``bus_presence_ttl``
 seconds without news, so a dead node's editors vanish.
 
+Deleting a document reaches the other nodes that have it loaded as a delete entry on its stream
+and, if that is lost, as the document missing (or of another epoch) in the reconciliation: they
+revoke their editors with the same reason as the deleting node ("document deleted") and unload
+it. The epoch (``collab.pg_store``) keeps the incarnations apart: a node never applies an update
+of another incarnation than the one it holds, and its own late writes to a deleted one fail.
+
 Without a bus (SQLite, or PostgreSQL alone) this is just the store choice and ``/health``.
 """
 
@@ -36,6 +42,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tether.protocol.lib0 import Decoder, write_var_uint8_array
@@ -43,7 +50,7 @@ from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awaren
 
 from .config import Settings
 from .metrics import Metrics
-from .pg_store import PostgresStore
+from .pg_store import PostgresStore, pgbouncer_dsn
 from .redis_bus import RedisBus
 from .room import Room
 from .rooms import RoomManager
@@ -53,6 +60,7 @@ from .storage import StorageError, Store
 log = logging.getLogger(__name__)
 
 REMOTE_ORIGIN = "cluster"
+DELETED_REASON = "document deleted"  # as collab.rest_documents says on the deleting node
 _GAP_GRACE_S = 0.2
 
 
@@ -60,8 +68,10 @@ def build_store(settings: Settings, metrics: Metrics) -> Store:
     """SQLite in the data dir, or the PostgreSQL that ``--store`` names."""
     if not settings.store:
         return SQLiteStore(settings.data_dir / "tether.db")
+    dsn, behind_pgbouncer = pgbouncer_dsn(settings.store)
     return PostgresStore(
-        settings.store,
+        dsn,
+        statement_cache_size=0 if behind_pgbouncer else settings.store_statement_cache_size,
         outage_timeout=settings.store_outage_timeout,
         queue_bytes=settings.store_queue_bytes,
         on_refusal=lambda limit: metrics.limit_refusals.labels(limit).inc(),
@@ -130,10 +140,13 @@ class Cluster:
         self._bus: RedisBus | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._backfilling: dict[str, asyncio.Task[None]] = {}
+        self._dropping: set[asyncio.Task[None]] = set()
         self._again: set[str] = set()  # asked to backfill while one ran
         self._presence: dict[str, RemotePresence] = {}
         self._gap_timers: dict[str, asyncio.TimerHandle] = {}
         self.backfills = 0
+        self.deletes = 0  # documents closed here because another node deleted them
+        self.on_deleted: Callable[[str], object] | None = None  # e.g. drop cached AI suggestions
 
     async def __aenter__(self) -> Cluster:
         if self._settings.bus and self._pg is not None:
@@ -146,9 +159,12 @@ class Cluster:
                 on_presence=self._remote_presence,
                 on_reconnect=self._backfill_all,
                 on_drop=lambda: self._metrics.limit_refusals.labels("bus_queue_bytes").inc(),
+                on_delete=self._remote_delete,
             )
             await self._bus.__aenter__()
-            self._pg.on_commit = self._bus.publish_updates
+            self._pg.on_commit = self._publish_commits
+            self._pg.on_delete = self._deleted_here
+            self._pg.on_stale = self._drop
             self._tasks.append(asyncio.ensure_future(self._reconcile_loop()))
         return self
 
@@ -160,7 +176,7 @@ class Cluster:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._backfilling.values(), return_exceptions=True)
         if self._pg is not None:
-            self._pg.on_commit = None
+            self._pg.on_commit = self._pg.on_delete = self._pg.on_stale = None
         if self._bus is not None:
             await self._bus.__aexit__(None, None, None)
 
@@ -177,6 +193,7 @@ class Cluster:
         )
         room.remote_presence = presence.entries
         room.on_presence = lambda body: bus.publish_presence(name, body)
+        room.catch_up = lambda: self.catch_up(name)
         self._presence[name] = presence
         # What was committed between our load and our subscription reaches us this way.
         self._backfill(name)
@@ -192,11 +209,27 @@ class Cluster:
 
     def _room(self, name: str) -> Room | None:
         room = self._rooms.rooms.get(name)
-        return None if room is None or room.closing else room
+        # A room being rebuilt from storage takes nothing now; the next backfill brings it.
+        return None if room is None or room.closing or room.reloading else room
 
-    def _remote_update(self, name: str, seq: int, update: bytes) -> None:
+    def _publish_commits(self, items: list[tuple[str, int, bytes]]) -> None:
+        assert self._bus is not None and self._pg is not None
+        pg = self._pg
+        self._bus.publish_updates([(name, seq, data, pg.epoch(name)) for name, seq, data in items])
+
+    def _held_elsewhere(self, name: str, epoch: int) -> bool:
+        """Whether an update of incarnation ``epoch`` belongs in our document; one of a newer
+        incarnation means ours was deleted, and the document is dropped here."""
+        assert self._pg is not None
+        if self._pg.accepts(name, epoch):
+            return True
+        if epoch > self._pg.epoch(name) > 0:
+            self._drop(name)
+        return False
+
+    def _remote_update(self, name: str, seq: int, update: bytes, epoch: int) -> None:
         room = self._room(name)
-        if room is None or self._pg is None:
+        if room is None or self._pg is None or not self._held_elsewhere(name, epoch):
             return
         mark = self._pg.watermark(name)
         if mark.holds(seq):
@@ -230,6 +263,49 @@ class Cluster:
         if presence.receive(body, time.monotonic()):
             room.broadcast_presence(body)
 
+    # -- deletes -----------------------------------------------------------------------------
+
+    def _deleted_here(self, name: str, epoch: int) -> None:
+        """Our REST delete committed: tell the nodes that have the document loaded."""
+        if self._bus is not None:
+            self._bus.publish_delete(name, epoch)
+            if name not in self._rooms.rooms:
+                self._bus.unsubscribe(name)
+                self._presence.pop(name, None)
+
+    def _remote_delete(self, name: str, epoch: int) -> None:
+        if self._pg is None:
+            return
+        held = self._pg.epoch(name)
+        if held == epoch:
+            self._drop(name)
+        elif held <= 0 and epoch > -held:
+            # Nothing of that incarnation was adopted here: our edits (on an empty document)
+            # belong to whatever comes after it.
+            self._pg.lift_floor(name, epoch)
+
+    def _drop(self, name: str) -> None:
+        """Another node deleted the document: revoke its editors here, unload it, forget it."""
+        room = self._rooms.rooms.get(name)
+        if room is None or room.closing:
+            return  # already going (an unload's late compaction is refused as stale)
+        room.closing = True  # nothing more from the bus or a backfill lands in it
+        self.deletes += 1
+        log.info("document %r was deleted on another node; closing it here", name[:64])
+        if self._bus is not None:
+            self._bus.unsubscribe(name)
+        self._presence.pop(name, None)
+        timer = self._gap_timers.pop(name, None)
+        if timer is not None:
+            timer.cancel()
+        task = self._rooms.discard(name, DELETED_REASON)
+        if self._pg is not None:
+            self._pg.forget(name)
+        if self.on_deleted is not None:
+            self.on_deleted(name)
+        self._dropping.add(task)
+        task.add_done_callback(self._dropping.discard)
+
     # -- backfill ----------------------------------------------------------------------------
 
     def _backfill_all(self) -> None:
@@ -252,9 +328,22 @@ class Cluster:
             self._again.discard(name)
             self._backfill(name)
 
+    async def catch_up(self, name: str) -> None:
+        """Apply everything committed for ``name`` up to now: a version or a REST read on this
+        node then holds every edit acked anywhere before it was asked for, whatever the bus's
+        delay. If the database is unreachable, what is held is used (saving a version then
+        fails anyway)."""
+        running = self._backfilling.get(name)
+        if running is not None:
+            await asyncio.gather(asyncio.shield(running), return_exceptions=True)
+        await self._run_backfill(name)  # a read started after the caller's request
+
     async def _run_backfill(self, name: str) -> None:
         if self._pg is None:
             return
+        # Only a read that started after we held an incarnation can say it is gone: one that
+        # started before our own first commit of a new document does not see it yet.
+        held = self._pg.epoch(name)
         try:
             mark = self._pg.watermark(name)
             missing = await self._pg.backfill(name, mark.mark)
@@ -263,6 +352,12 @@ class Cluster:
             return
         room = self._room(name)
         if room is None:
+            return
+        if not missing.epoch:  # gone from PostgreSQL: deleted, unless never created
+            if held > 0 and self._pg.epoch(name) == held:
+                self._drop(name)
+            return
+        if not self._held_elsewhere(name, missing.epoch):
             return
         self.backfills += 1
         if missing.snapshot is not None:
@@ -286,15 +381,20 @@ class Cluster:
             names = [name for name in self._rooms.rooms if self._room(name) is not None]
             if not names:
                 continue
+            held_before = {name: self._pg.epoch(name) for name in names}  # see _run_backfill
             try:
-                heads = await self._pg.heads(names)
+                heads = await self._pg.generations(names)
             except StorageError:
                 continue  # the database is down: the next round tries again
             except Exception:  # this loop is the safety net: it must never die
                 log.exception("reconciliation failed; retrying")
                 continue
-            for name, head in heads.items():
-                if head > self._pg.watermark(name).mark:
+            for name in names:
+                epoch, head = heads.get(name, (0, 0))
+                held = self._pg.epoch(name)
+                if held > 0 and epoch != held and held_before.get(name) == held:
+                    self._drop(name)  # deleted (and perhaps created again) elsewhere
+                elif head > self._pg.watermark(name).mark or (held <= 0 and epoch > -held):
                     self._backfill(name)
 
     # -- /health -----------------------------------------------------------------------------
@@ -315,4 +415,5 @@ class Cluster:
         bus = {"state": "off"} if self._bus is None else self._bus.health()
         if self._bus is not None:
             bus["backfills"] = self.backfills
+            bus["remote_deletes"] = self.deletes
         return {"node": self.node_id, "database": database, "bus": bus}

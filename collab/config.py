@@ -142,6 +142,9 @@ class Settings:
     # bytes of writes wait, beyond it new ones fail at once.
     store_outage_timeout: float = 30.0
     store_queue_bytes: int = 64 * 1024 * 1024
+    # asyncpg's cache of server-side prepared statements per connection; 0 turns it off, which a
+    # PgBouncer in transaction pooling needs (a DSN with ?pgbouncer=true turns it off too).
+    store_statement_cache_size: int = 100
     # Updates and presence waiting to be published while Redis is slow; beyond it they are
     # dropped (counted) and reconciliation from PostgreSQL delivers the updates.
     bus_queue_bytes: int = 16 * 1024 * 1024
@@ -207,6 +210,8 @@ class Settings:
             raise ValueError("store must be empty (SQLite) or a postgresql:// DSN")
         if self.bus and not (self.store and self.bus.startswith(("redis://", "rediss://"))):
             raise ValueError("bus must be a redis:// URL, and needs a postgresql:// store")
+        if self.store_statement_cache_size < 0:
+            raise ValueError("store_statement_cache_size must be >= 0 (0: off, for PgBouncer)")
         if self.store_outage_timeout < 0 or self.bus_reconcile_interval <= 0:
             raise ValueError("store_outage_timeout must be >= 0, bus_reconcile_interval > 0")
         if not 4096 <= self.initial_sync_piece_bytes <= self.max_outgoing_message_bytes:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -59,7 +59,7 @@ class ConnectionInfo:
     endpoint: str  # "ws", "yjs" or "http"
     path: str  # below where tether is mounted
     address: str
-    headers: dict[str, str]
+    headers: Mapping[str, str]  # read-only (collab.request_headers: decoded on first read)
     query: str = ""
     document: str | None = None  # /yjs names its one document in the path
     context: dict[str, Any] = field(default_factory=dict)  # filled by hooks, for hooks

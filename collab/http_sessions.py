@@ -14,13 +14,14 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from prometheus_client import Counter, Gauge
 
 from .address_limit import ConnectionsPerAddress
 from .config import Settings
 from .context import ServerContext
+from .hooks import ConnectionInfo
 from .http_session import ByteBudget, HttpSession
 from .limits import refuse
 from .metrics import Metrics
@@ -41,8 +42,14 @@ class SessionRefused(Exception):
 
 
 class HttpSessions:
-    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        on_end: Callable[[ConnectionInfo], Awaitable[None]] | None = None,
+    ) -> None:
         self._settings = settings
+        self._on_end = on_end  # the on_disconnect hooks, as when a /ws socket closes
         self._metrics = metrics
         self._sessions: dict[str, HttpSession] = {}
         self._per_address = ConnectionsPerAddress(settings.http_sessions_per_address)
@@ -93,7 +100,7 @@ class HttpSessions:
     def get(self, session_id: str) -> HttpSession | None:
         return self._sessions.get(session_id)
 
-    def create(self, address: str) -> HttpSession:
+    def create(self, address: str, connection: ConnectionInfo | None = None) -> HttpSession:
         s = self._settings
         if len(self._sessions) >= s.http_sessions:
             self._refused("http_sessions", address)
@@ -113,16 +120,20 @@ class HttpSessions:
         self._sessions[session.id] = session
         self.open_gauge.set(len(self._sessions))
         assert self._ctx is not None, "sessions are created only while the server runs"
-        task = asyncio.ensure_future(self._run(session, self._ctx))
+        task = asyncio.ensure_future(self._run(session, self._ctx, connection))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return session
 
-    async def _run(self, session: HttpSession, ctx: ServerContext) -> None:
+    async def _run(
+        self, session: HttpSession, ctx: ServerContext, connection: ConnectionInfo | None
+    ) -> None:
         try:
-            await MuxConnection(session, ctx, endpoint="http").run()
+            await MuxConnection(session, ctx, connection, endpoint="http").run()
         finally:
             session.finished.set()
+            if connection is not None and self._on_end is not None:
+                await self._on_end(connection)
         try:
             if session.close_reason is not None and not session.ended:
                 # Let the client read why (its stream or next poll) before the id is forgotten.

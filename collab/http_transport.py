@@ -42,6 +42,7 @@ from .auth import AuthError, Grant
 from .close_codes import POLICY_VIOLATION
 from .config import Settings
 from .context import ServerContext
+from .hooks import ConnectionInfo
 from .http_session import HttpSession
 from .http_sessions import HttpSessions, SessionRefused
 from .metrics import Metrics, label_value
@@ -60,17 +61,30 @@ _STREAM_HEADERS = {
 
 
 # Checks a session's bearer token as the server checks any other (raises AuthError).
-VerifyToken = Callable[[str, Request], Awaitable[Grant]]
+VerifyToken = Callable[[str, Request, ConnectionInfo | None], Awaitable[Grant]]
+# A session arriving, as a socket arrives on /ws: runs the on_connect hooks (raises AuthError
+# to refuse); what they filled in ``context`` reaches the session's on_authenticate calls.
+Connect = Callable[[Request], Awaitable[ConnectionInfo]]
+Disconnect = Callable[[ConnectionInfo], Awaitable[None]]
 
 
 class HttpTransport:
-    def __init__(self, settings: Settings, metrics: Metrics, verify: VerifyToken) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: Metrics,
+        verify: VerifyToken,
+        connect: Connect | None = None,
+        disconnect: Disconnect | None = None,
+    ) -> None:
         self._settings = settings
         self._metrics = metrics
         # The server's own check (on_authenticate hooks, then JWT): a session is refused
         # exactly when a /ws channel with that token would be.
         self._verify = verify
-        self.sessions = HttpSessions(settings, metrics)
+        self._connect = connect
+        self._disconnect = disconnect
+        self.sessions = HttpSessions(settings, metrics, on_end=disconnect)
 
     def running(self, ctx: ServerContext) -> contextlib.AbstractAsyncContextManager[Any]:
         return self.sessions.running(ctx)
@@ -94,15 +108,23 @@ class HttpTransport:
             return _error(400, "the token goes in the Authorization header, never in the URL")
         header = request.headers.get("authorization", "")
         token = header[7:] if header.lower().startswith("bearer ") else ""
+        connection: ConnectionInfo | None = None
+        if self._connect is not None:
+            try:
+                connection = await self._connect(request)
+            except AuthError as exc:  # as /ws refuses the upgrade: 403 with the reason
+                return _error(403, str(exc))
         try:
-            await self._verify(token, request)
+            await self._verify(token, request, connection)
         except AuthError as exc:
             self._metrics.auth_failures.labels(label_value(str(exc))).inc()
+            await self._ended(connection)
             return _error(401, str(exc))
         address = request.client.host[:64] if request.client else "unknown"
         try:
-            session = self.sessions.create(address)
+            session = self.sessions.create(address, connection)
         except SessionRefused as exc:
+            await self._ended(connection)
             headers = {"Retry-After": "5"}
             return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=headers)
         s = self._settings
@@ -114,6 +136,11 @@ class HttpTransport:
             "session_timeout": s.http_session_timeout,
         }
         return JSONResponse(body, status_code=201, headers={"Cache-Control": "no-store"})
+
+    async def _ended(self, connection: ConnectionInfo | None) -> None:
+        """on_disconnect for a session refused after on_connect let it in (hooks pair up)."""
+        if connection is not None and self._disconnect is not None:
+            await self._disconnect(connection)
 
     async def _send(self, request: Request) -> Response:
         session = self._find(request)

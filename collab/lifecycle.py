@@ -1,7 +1,9 @@
-"""How a connection ends, for both endpoints: the receive loop and a monitor run side by side;
-whichever finishes first decides. Peers are detached at once (before anything that could block
-on a peer that stopped reading), then the close is attempted within a bound, then the writer
-stops. Knows nothing of protocols or Starlette.
+"""How a connection ends, for both endpoints: its receive loop runs until the connection's
+``ConnectionEnd`` is decided, by the loop itself (the peer left, a protocol error) or from
+outside it (the connection's timer, its outbox overflowing, its room), whichever comes first.
+Peers are detached at once (before anything that could block on a peer that stopped reading),
+then the close is attempted within a bound, then the writer stops. Knows nothing of protocols
+or Starlette.
 """
 
 from __future__ import annotations
@@ -34,30 +36,62 @@ class CloseConnection(Exception):
         self.reason = reason
 
 
+class ConnectionEnd:
+    """The decision to end one connection: a future, decided once (later decisions are
+    ignored). ``None`` means the peer went away (nothing to send it). Decided from outside the
+    receive loop (a timer, another connection's fan-out, the room), it interrupts the loop
+    wherever it waits; decided from inside it, the loop sees ``ended`` after the frame it is
+    handling. One future per connection rather than a task per reason to end it, and the loop
+    runs in the connection's own task: idle sockets cost memory."""
+
+    __slots__ = ("_metrics", "_outbox", "_receiving", "decided")
+
+    def __init__(self, metrics: Metrics, outbox: Outbox) -> None:
+        self.decided: asyncio.Future[CloseConnection | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._metrics = metrics
+        self._outbox = outbox
+        self._receiving: asyncio.Task[Any] | None = None  # the task running the receive loop
+
+    @property
+    def ended(self) -> bool:
+        return self.decided.done()
+
+    def close(self, decision: CloseConnection | None) -> None:
+        if self.decided.done():
+            return
+        self.decided.set_result(decision)
+        task = self._receiving
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()  # the receive loop's own task: run_connection takes it back
+
+    def overflowed(self) -> None:
+        """The outbox overflowed (its ``on_overflow``, called inside ``put``): counted once."""
+        if not self.decided.done():
+            self.close(slow_consumer(self._metrics, self._outbox))
+
+
 async def run_connection(
     *,
     receive_loop: Coroutine[Any, Any, None],
-    monitor: Coroutine[Any, Any, CloseConnection | None],
+    end: ConnectionEnd,
     outbox: Outbox,
     transport: Transport,
     detach: Callable[[], None],
     metrics: Metrics,
 ) -> None:
+    """Runs ``receive_loop`` in this task (it must return once ``end.ended``, after the frame
+    it is handling) until ``end`` is decided, then closes the connection."""
     writer = asyncio.ensure_future(outbox.drain_forever())
-    receiver = asyncio.ensure_future(receive_loop)
-    watcher = asyncio.ensure_future(monitor)
+    outbox.on_overflow = end.overflowed
     close: CloseConnection | None = None
     try:
-        done, _ = await asyncio.wait({receiver, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        if watcher in done and not watcher.cancelled():
-            close = watcher.result()
-        if close is None and receiver in done and not receiver.cancelled():
-            close = _decision(receiver.exception())
+        if outbox.overflow_limit:  # overflowed before the hook was set (an initial burst)
+            end.overflowed()
+        await _receive_until_ended(receive_loop, end)
+        close = end.decided.result()
     finally:
-        for task in (receiver, watcher):
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
         detach()
         if close is not None:
             metrics.closes.labels(label_value(close.reason.split(":")[0])).inc()
@@ -72,6 +106,28 @@ async def run_connection(
         writer.cancel()
         with contextlib.suppress(BaseException):
             await writer
+
+
+async def _receive_until_ended(receive_loop: Coroutine[Any, Any, None], end: ConnectionEnd) -> None:
+    task = asyncio.current_task()
+    if end.ended:
+        receive_loop.close()
+        return
+    end._receiving = task
+    try:
+        await receive_loop
+        end.close(None)  # the peer went away, or the loop saw ``ended``
+    except asyncio.CancelledError:
+        # Ours (``end.close`` from outside): taken back. Another cancellation too (the
+        # server stopping): it goes on.
+        if not end.ended or (task is not None and task.uncancel() > 0):
+            raise
+    except BaseException as exc:
+        end.close(_decision(exc))
+        if not isinstance(exc, Exception):
+            raise
+    finally:
+        end._receiving = None
 
 
 def _decision(exc: BaseException | None) -> CloseConnection | None:

@@ -1,14 +1,14 @@
 """One ``/ws`` connection: the sans-IO ``ServerSession`` wrapped in a receive loop.
 
 Knows nothing of Starlette (it talks to a ``Transport``). Receive path: feed the session, act on
-its events, put replies on the bounded outbox. A monitor task sends app-level pings, closes idle
-peers, channels whose auth never resolved and sockets with no granted channel for the auth
-timeout, and closes the connection when its outbox overflows.
+its events, put replies on the bounded outbox. One timer per connection (no task: idle sockets
+cost memory) sends app-level pings, closes idle peers, channels whose auth never resolved and
+sockets with no granted channel for the auth timeout, and ends grants at their token's expiry;
+an overflowing outbox ends the connection through its ``on_overflow`` hook.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -33,12 +33,13 @@ from tether.protocol.session import (
 )
 
 from .auth import AuthError, Grant
-from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT
+from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
+from .connection_timer import ConnectionTimer
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
 from .initial_sync import InitialSync
-from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .lifecycle import CloseConnection, ConnectionEnd, detach_each, run_connection
 from .limits import refuse
 from .metrics import label_value
 from .outbox import Outbox
@@ -61,10 +62,10 @@ class MuxConnection:
         endpoint: str = "ws",
     ) -> None:
         s = ctx.settings
-        self._endpoint = endpoint
-        self._auth_refusals_logged: set[str] = (
-            set()
-        )  # the metrics label: "ws", or "http" for the HTTP fallback
+        self._endpoint = endpoint  # the metrics label: "ws", or "http" for the HTTP fallback
+        # Auth refusal reasons this connection was logged for (made on first use: an empty set
+        # is 216 bytes on every idle connection).
+        self._auth_refusals_logged: set[str] | None = None
         self._transport = transport
         self._ctx = ctx
         self._connection = connection  # what on_authenticate hooks see of this socket
@@ -78,11 +79,16 @@ class MuxConnection:
             ),
             ctx.preauth_budget,
         )
-        self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._outbox = Outbox(
+            transport.send,
+            s.send_queue_frames,
+            s.send_queue_bytes,
+            getattr(transport, "write_now", None),  # collab.raw_frames, where offered
+        )
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._attached: dict[str, tuple[Room, Peer]] = {}
         # Limits this connection ran into and was logged for (collab.limits: once each).
-        self._refusals_logged: set[str] = set()
+        self._refusals_logged: set[str] | None = None
         self._grants: dict[str, Grant] = {}
         self._grant_of_channel: dict[str, Grant] = {}
         self._connected_at = time.monotonic()
@@ -90,20 +96,29 @@ class MuxConnection:
         # Since when no channel has been granted (None while one is): a socket that only pings,
         # or whose every channel was refused, is closed after the auth timeout.
         self._ungranted_since: float | None = self._connected_at
+        self._last_ping = self._connected_at
+        self._end = ConnectionEnd(ctx.metrics, self._outbox)
+        self._timer = ConnectionTimer(self._on_timer)
+        # The channel count the timer last saw: a new channel (a frame before its Token) may
+        # bring an auth deadline earlier than the one armed.
+        self._channels_seen = 0
+        self._deadlines_moved = False
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
         metrics.connections.labels(self._endpoint).inc()
         try:
+            self._arm_timer(time.monotonic())
             await run_connection(
                 receive_loop=self._receive_loop(),
-                monitor=self._monitor(),
+                end=self._end,
                 outbox=self._outbox,
                 transport=self._transport,
                 detach=self._detach_all,
                 metrics=metrics,
             )
         finally:
+            self._timer.cancel()
             self._session.close()  # gives its pre-auth bytes back to the shared budget
             metrics.connections.labels(self._endpoint).dec()
 
@@ -124,6 +139,14 @@ class MuxConnection:
                 raise
             for event in events:
                 await self._handle(event)
+            event = events = data = None  # type: ignore[assignment]  # not held while idle
+            if self._end.ended:
+                return  # decided while handling this frame (its own outbox overflowed)
+            if self._deadlines_moved or session.channel_count != self._channels_seen:
+                # A Token, a grant, a refusal or a close may bring a deadline earlier (not
+                # per edit: Incoming and Reply events leave them be).
+                self._deadlines_moved = False
+                self._arm_timer(time.monotonic())
 
     async def _handle(self, event: SessionEvent) -> None:
         if isinstance(event, Incoming):
@@ -131,9 +154,12 @@ class MuxConnection:
             if isinstance(event.message, Stateless):
                 room, peer = self._attached[event.channel]
                 await self._ctx.hooks.on_stateless(room, peer, event.message.payload)
-        elif isinstance(event, Reply):
+            return
+        if isinstance(event, Reply):
             self._outbox.put(event.frame)
-        elif isinstance(event, AuthRequested):
+            return
+        self._deadlines_moved = True
+        if isinstance(event, AuthRequested):
             for follow_up in await self._authenticate(event):
                 await self._handle(follow_up)
         elif isinstance(event, ChannelOpened):
@@ -143,6 +169,8 @@ class MuxConnection:
         elif isinstance(event, ChannelRefused):
             # Only that document is refused (its PermissionDenied is the Reply before this);
             # the socket and its other documents carry on. Counted each time, logged once.
+            if self._refusals_logged is None:
+                self._refusals_logged = set()
             refuse(
                 self._ctx.metrics,
                 _LIMIT_SETTINGS.get(event.limit, event.limit),
@@ -181,8 +209,11 @@ class MuxConnection:
                 auth.check(grant, event.document)
         except AuthError as exc:
             self._ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
-            if str(exc) not in self._auth_refusals_logged and len(self._auth_refusals_logged) < 8:
-                self._auth_refusals_logged.add(str(exc))  # once per reason and connection
+            logged = self._auth_refusals_logged
+            if logged is None:
+                logged = self._auth_refusals_logged = set()
+            if str(exc) not in logged and len(logged) < 8:
+                logged.add(str(exc))  # once per reason and connection
                 log.info(
                     "refused document %r on a %s connection: %s",
                     event.document,
@@ -225,35 +256,63 @@ class MuxConnection:
             if isinstance(event, Reply):
                 self._outbox.put(event.frame)
         self._detach(channel)
+        if not self._end.ended:
+            self._arm_timer(time.monotonic())  # perhaps no document granted now
 
     def _detach_all(self) -> None:
         self._initial_sync.close()
         detach_each([lambda c=channel: self._detach(c) for channel in list(self._attached)])
 
-    async def _monitor(self) -> CloseConnection:
-        """Pings, and decides when to close: slow reader, idle peer, auth never resolved."""
-        s = self._ctx.settings
-        tick = max(0.05, min(s.ping_interval, s.auth_timeout, s.idle_timeout) / 4)
-        last_ping = time.monotonic()
-        overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
+    def _on_timer(self) -> None:
+        """What is due now: a ping, or the decision to close (idle peer, auth never resolved);
+        grants whose token expired end. Then the timer is armed for the next deadline."""
+        if self._end.ended:
+            return
         try:
-            while True:
-                done, _ = await asyncio.wait({overflow}, timeout=tick)
-                if done:
-                    return slow_consumer(self._ctx.metrics, self._outbox)
-                now = time.monotonic()
-                if now - last_ping >= s.ping_interval:
-                    self._outbox.put(PING_FRAME)
-                    last_ping = now
-                if now - self._last_seen > s.idle_timeout:
-                    return CloseConnection(IDLE_TIMEOUT, "idle timeout: no message from the peer")
-                if self._auth_overdue(now):
-                    return CloseConnection(
-                        AUTH_TIMEOUT, "authentication timeout: no document granted"
-                    )
-                self._expire_grants()
-        finally:
-            overflow.cancel()
+            close = self._due(time.monotonic())
+        except Exception:
+            log.exception("a connection's timer failed")
+            close = CloseConnection(INTERNAL_ERROR, "internal error")
+        if close is not None:
+            self._end.close(close)
+            return
+        self._arm_timer(time.monotonic())
+
+    def _due(self, now: float) -> CloseConnection | None:
+        s = self._ctx.settings
+        if now - self._last_seen > s.idle_timeout:
+            return CloseConnection(IDLE_TIMEOUT, "idle timeout: no message from the peer")
+        if self._auth_overdue(now):
+            return CloseConnection(AUTH_TIMEOUT, "authentication timeout: no document granted")
+        if now - self._last_ping >= s.ping_interval:
+            self._outbox.put(PING_FRAME)
+            self._last_ping = now
+        self._expire_grants()
+        return None
+
+    def _arm_timer(self, now: float) -> None:
+        """Arm the timer for the earliest deadline: the next ping, the idle timeout, the auth
+        timeout of a channel (or of a socket with none granted), the first token expiry."""
+        s = self._ctx.settings
+        session = self._session
+        self._channels_seen = session.channel_count
+        # Just past the idle and auth deadlines: they are "longer than", not "as long as".
+        due = min(self._last_ping + s.ping_interval, self._last_seen + s.idle_timeout + 0.001)
+        waiting_since = session.earliest_waiting_since()
+        if waiting_since is not None:
+            due = min(due, waiting_since + s.auth_timeout + 0.001)
+        if session.has_granted_channel():
+            self._ungranted_since = None
+        else:
+            if self._ungranted_since is None:
+                self._ungranted_since = now
+            due = min(due, self._ungranted_since + s.auth_timeout + 0.001)
+        if self._grant_of_channel:
+            wall = time.time()
+            for grant in self._grant_of_channel.values():
+                if grant.expires_at is not None:
+                    due = min(due, now + max(0.0, grant.expires_at - wall))
+        self._timer.arm(due)
 
     def _auth_overdue(self, now: float) -> bool:
         timeout = self._ctx.settings.auth_timeout

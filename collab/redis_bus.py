@@ -9,8 +9,8 @@ told by ``on_reconnect``; the cluster then backfills from PostgreSQL. Redis is n
 copy of anything acked: updates are published after COMMIT.
 
 Publishing never waits for Redis on the hot path: entries go to a queue bounded in bytes
-(``bus_queue_bytes``; beyond it they are dropped and counted, and reconciliation delivers the
-updates) that one task drains into pipelined XADDs.
+(``bus_queue_bytes``, counting the batch in flight to Redis too; beyond it they are dropped and
+counted, and reconciliation delivers the updates) that one task drains into pipelined XADDs.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from tether.collab.log_redaction import redact
+
 log = logging.getLogger(__name__)
 
 _KEY_PREFIX = b"tether:doc:"
@@ -33,7 +35,8 @@ _KEY_TTL_S = 24 * 3600  # a document nobody edits for a day leaves Redis
 _RETRY_FIRST_S = 0.1
 _RETRY_MAX_S = 2.0
 
-UpdateHandler = Callable[[str, int, bytes], None]
+UpdateHandler = Callable[[str, int, bytes, int], None]  # document, seq, update, epoch
+DeleteHandler = Callable[[str, int], None]  # document, the epoch that was deleted
 PresenceHandler = Callable[[str, bytes], None]
 
 
@@ -53,6 +56,7 @@ class RedisBus:
         on_presence: PresenceHandler,
         on_reconnect: Callable[[], None],
         on_drop: Callable[[], None] | None = None,
+        on_delete: DeleteHandler | None = None,
     ) -> None:
         self.url = url
         self.node_id = node_id
@@ -63,12 +67,16 @@ class RedisBus:
         self._on_presence = on_presence
         self._on_reconnect = on_reconnect
         self._on_drop = on_drop
+        self._on_delete = on_delete
         self._pub: aioredis.Redis | None = None
         self._sub: aioredis.Redis | None = None
         self._wanted: set[str] = set()
         self._last_ids: dict[str, bytes] = {}  # per subscribed document: the last entry read
         self._outgoing: list[tuple[bytes, dict[bytes, bytes]]] = []
         self._outgoing_bytes = 0
+        self._inflight_bytes = 0  # the batch being written to Redis: still held here
+        self.queued_bytes_peak = 0
+        self._drop_logged = False
         self._wake_publisher = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.connected = False
@@ -121,32 +129,54 @@ class RedisBus:
 
     # -- publishing --------------------------------------------------------------------------
 
-    def publish_updates(self, items: list[tuple[str, int, bytes]]) -> None:
-        for name, seq, data in items:
-            self._queue(name, {b"k": b"u", b"n": self._node, b"s": str(seq).encode(), b"d": data})
+    def publish_updates(self, items: list[tuple[str, int, bytes, int]]) -> None:
+        for name, seq, data, epoch in items:
+            fields = {b"k": b"u", b"n": self._node, b"s": str(seq).encode(), b"d": data}
+            fields[b"g"] = str(epoch).encode()
+            self._queue(name, fields)
+
+    def publish_delete(self, name: str, epoch: int) -> None:
+        """The document's incarnation ``epoch`` was deleted (if this is dropped, the other
+        nodes' reconciliation finds the document gone in PostgreSQL)."""
+        self._queue(name, {b"k": b"x", b"n": self._node, b"g": str(epoch).encode(), b"d": b""})
 
     def publish_presence(self, name: str, body: bytes) -> None:
         self._queue(name, {b"k": b"p", b"n": self._node, b"d": body})
 
     def _queue(self, name: str, fields: dict[bytes, bytes]) -> None:
         size = len(fields[b"d"]) + 64
-        if self._outgoing_bytes + size > self._queue_bytes and self._outgoing:
+        held = self.queued_bytes
+        if held + size > self._queue_bytes and held:
             # Redis is slow or gone: what is dropped here is in PostgreSQL (updates) or is
             # refreshed by its client (presence); reconciliation delivers the updates.
             self.dropped += 1
             if self._on_drop is not None:
                 self._on_drop()
+            if not self._drop_logged:  # once per backlog, not per entry
+                self._drop_logged = True
+                log.warning(
+                    "%d bytes wait for Redis (bus_queue_bytes): dropping entries; other nodes"
+                    " backfill the updates from PostgreSQL",
+                    held,
+                )
             return
         self._outgoing.append((stream_key(name), fields))
         self._outgoing_bytes += size
+        self.queued_bytes_peak = max(self.queued_bytes_peak, self.queued_bytes)
         self._wake_publisher.set()
+
+    @property
+    def queued_bytes(self) -> int:
+        """What this node holds for Redis: queued plus the batch in flight."""
+        return self._outgoing_bytes + self._inflight_bytes
 
     async def _publish_loop(self) -> None:
         delay = _RETRY_FIRST_S
         while True:
             await self._wake_publisher.wait()
             self._wake_publisher.clear()
-            batch, self._outgoing, self._outgoing_bytes = self._outgoing, [], 0
+            batch, self._outgoing = self._outgoing, []
+            self._inflight_bytes, self._outgoing_bytes = self._outgoing_bytes, 0
             if not batch:
                 continue
             assert self._pub is not None
@@ -166,6 +196,10 @@ class RedisBus:
                 self._down(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
+            finally:
+                self._inflight_bytes = 0
+                if not self._outgoing:
+                    self._drop_logged = False
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -215,7 +249,10 @@ class RedisBus:
         kind = fields.get(b"k")
         try:
             if kind == b"u":
-                self._on_update(name, int(fields[b"s"]), bytes(fields[b"d"]))
+                epoch = int(fields.get(b"g", b"0"))
+                self._on_update(name, int(fields[b"s"]), bytes(fields[b"d"]), epoch)
+            elif kind == b"x" and self._on_delete is not None:
+                self._on_delete(name, int(fields[b"g"]))
             elif kind == b"p":
                 self._on_presence(name, bytes(fields[b"d"]))
         except Exception:  # a bad entry or a handler's bug must not stop the relay
@@ -231,15 +268,19 @@ class RedisBus:
 
     def _down(self, exc: BaseException) -> None:
         self.connected = False
-        self.last_error = f"{type(exc).__name__}: {exc}"[:300]
+        self.last_error = redact(f"{type(exc).__name__}: {exc}")[:300]
         if not self._down_logged:
             self._down_logged = True
-            log.error("Redis unreachable; nodes converge through PostgreSQL meanwhile: %s", exc)
+            log.error(
+                "Redis unreachable; nodes converge through PostgreSQL meanwhile: %s",
+                self.last_error,
+            )
 
     def health(self) -> dict[str, Any]:
         state = "up" if self.connected else "down"
         out: dict[str, Any] = {"state": state, "node": self.node_id}
         out.update(published=self.published, received=self.received, dropped=self.dropped)
+        out.update(queued_bytes=self.queued_bytes, queued_bytes_peak=self.queued_bytes_peak)
         if not self.connected and self.last_error:
             out["error"] = self.last_error
         return out

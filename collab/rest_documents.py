@@ -87,6 +87,8 @@ class DocumentsApi:
             return _error(404, "no such document")
         try:
             async with ctx.rooms.visit(name) as room:
+                if room.catch_up is not None:  # several nodes: what others acked too
+                    await room.catch_up()
                 text = str(room.doc.get(TEXT_NAME, type=Text))
                 peers = len(room.peers)
                 state = room.doc.get_update() if export == "yjs" else b""
@@ -172,6 +174,8 @@ class DocumentsApi:
         async with self._version_lock:
             try:
                 async with ctx.rooms.visit(name) as room:
+                    if room.catch_up is not None:  # several nodes: what others acked too
+                        await room.catch_up()
                     state = room.doc.get_update()
             except DocumentQuarantined as exc:
                 return _error(409, str(exc))

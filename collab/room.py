@@ -9,7 +9,6 @@ then acknowledge after the store says the update is durable.
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import logging
 import time
@@ -47,6 +46,7 @@ from .update_guard import (
     check_applied_origin_order,
     check_origin_order,
 )
+from .yrs_panics import is_rust_panic
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ def apply_update(doc: Doc, update: bytes, origin: object) -> None:
             doc.apply_update(update)
     except Exception as exc:
         raise InvalidUpdate(str(exc)) from exc
-    except BaseException as exc:  # pyo3's PanicException derives from BaseException
-        if type(exc).__name__ != "PanicException":
+    except BaseException as exc:
+        if not is_rust_panic(exc):
             raise
         raise InvalidUpdate("update caused a decoder panic") from exc
 
@@ -83,7 +83,8 @@ class _AckQueue:
 
     def __init__(self, peer: Peer) -> None:
         self.peer = peer
-        self.entries: collections.deque[list[object]] = collections.deque()
+        # A list: an empty deque costs ~740 bytes per attached peer, and few acks wait here.
+        self.entries: list[list[object]] = []
 
     def push(self, done: bool, applied: bool) -> list[object]:
         entry: list[object] = [done, applied]
@@ -100,9 +101,12 @@ class _AckQueue:
             # ack before the chunked initial sync ends would announce a document half loaded.
             return
         while entries and entries[0][0]:
-            _, applied = entries.popleft()
+            _, applied = entries.pop(0)
             self.peer.send_sync_status(bool(applied))
 
+
+_RELOAD_RETRY_FIRST_S = 0.1
+_RELOAD_RETRY_MAX_S = 2.0
 
 # Acks held back during a chunked initial sync, at most (beyond, they flow: bounded memory
 # matters more than a ``synced`` event that comes early).
@@ -152,12 +156,18 @@ class Room:
         self._reload = reload
         self._reloading: asyncio.Future[None] | None = None
         self._resend_after_reload: set[Peer] = set()
+        # The reload is for a failed append: every peer may hold (or have built on) the lost
+        # update, so all are asked to resend, and the store must be reachable to rebuild.
+        self._lost_write = False
         self._step1_after_reload: dict[Peer, bytes] = {}
         self.closing = False
         self.on_empty: Callable[[Room], None] | None = None
         # Scale-out (collab.cluster): presence bodies to relay to other nodes, and theirs.
         self.on_presence: Callable[[bytes], None] | None = None
         self.remote_presence: Callable[[], list[AwarenessEntry]] | None = None
+        # Brings in what other nodes committed up to now (a read from the shared database):
+        # awaited before a version or a REST read, so they hold every edit acked anywhere.
+        self.catch_up: Callable[[], Awaitable[None]] | None = None
         # Server-side direct connections holding the room loaded (RoomManager.hold).
         self.holders = 0
         # The document was deleted (RoomManager.delete): nothing more is applied or stored.
@@ -311,12 +321,21 @@ class Room:
             self._refusals_logged.add(key)
             log.warning("refused an update of %r from peer %d: %s", self.name, peer.peer_id, reason)
 
-    def _start_reload(self) -> None:
+    def _start_reload(self, *, lost_write: bool = False) -> None:
+        self._lost_write = self._lost_write or lost_write
         if self._reloading is not None:
             return
-        log.error(
-            "document %r may hold part of a refused update; rebuilding it from storage", self.name
-        )
+        if lost_write:
+            log.error(
+                "an update of %r was not stored; rebuilding it from storage and asking its"
+                " editors to resend",
+                self.name,
+            )
+        else:
+            log.error(
+                "document %r may hold part of a refused update; rebuilding it from storage",
+                self.name,
+            )
         self._reloading = asyncio.ensure_future(self._reload_from_store())
         # flush() waits for it, so an unload or shutdown compacts the rebuilt doc, never this one.
         self._pending_writes.add(self._reloading)
@@ -330,13 +349,28 @@ class Room:
                 await asyncio.gather(*list(self._pending_appends), return_exceptions=True)
             if self._reload is None:
                 raise RuntimeError("this room has no storage to reload from")
-            self.doc, self.guard = await self._reload()
+            delay = _RELOAD_RETRY_FIRST_S
+            while True:
+                self._store.resume(self.name)
+                try:
+                    self.doc, self.guard = await self._reload()
+                    break
+                except StorageError:
+                    # After a lost write the old doc must not be served on: what builds on
+                    # the lost update would be stored without it. Wait for the store.
+                    if not self._lost_write or self.closing or self.deleted:
+                        raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, _RELOAD_RETRY_MAX_S)
             self._metrics.reloads.inc()
         except Exception:
             # Keep serving what we have rather than nothing; the log says why.
             log.exception("rebuilding %r from storage failed", self.name)
         finally:
             self._reloading = None
+        if self._lost_write:
+            self._lost_write = False
+            self._resend_after_reload |= self.peers
         for peer in [p for p in self._resend_after_reload if p in self.peers]:
             peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
         self._resend_after_reload.clear()
@@ -393,6 +427,10 @@ class Room:
         applied = error is None
         if error is not None:
             log.error("could not store an update of %r: %s", self.name, error)
+            if not self.deleted and not self.closing:
+                # Peers have it (fanned out before the disk) and may build on it; the store
+                # fences the document meanwhile (``Store.resume``).
+                self._start_reload(lost_write=True)
         else:
             self._log_entries = write.result()
         if entry is not None and acks is not None:

@@ -131,7 +131,23 @@ class RoomManager:
         task.add_done_callback(lambda t: self._forget_unloading(name, t))
         await asyncio.shield(task)
 
-    async def _delete(self, name: str, reason: str) -> None:
+    def discard(self, name: str, reason: str) -> asyncio.Task[None]:
+        """Forget ``name`` in memory only, as ``delete`` does (peers revoked with ``reason``,
+        openers wait and then load afresh): another node deleted it (collab.cluster).
+        Registered as the name's unload at once, before this returns."""
+        previous = self._unloading.get(name)
+
+        async def run() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            await self._delete(name, reason, stored=False)
+
+        task = asyncio.ensure_future(run())
+        self._unloading[name] = task
+        task.add_done_callback(lambda t: self._forget_unloading(name, t))
+        return task
+
+    async def _delete(self, name: str, reason: str, *, stored: bool = True) -> None:
         room = self._rooms.get(name)
         loading = self._loading.get(name)
         if loading is not None:
@@ -151,7 +167,8 @@ class RoomManager:
                     peer.revoke(reason)
                 room.detach(peer)  # at once, whatever the connection does: no update lands
         # Called after every append the room made (call order is store order): they all go.
-        await self._store.delete(name)
+        if stored:
+            await self._store.delete(name)
 
     def _forget_loading(self, name: str, future: asyncio.Future[Room]) -> None:
         if self._loading.get(name) is future:

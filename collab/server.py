@@ -48,6 +48,8 @@ from .mux_connection import MuxConnection
 from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
+from .raw_frames import raw_frame_writer
+from .request_headers import RequestHeaders
 from .rest_documents import DocumentsApi
 from .rooms import RoomManager
 from .storage import Store
@@ -69,11 +71,14 @@ class _AsgiWebSocket:
     ASGI ``send`` skips Starlette's per-message wrappers (measured in ``tether bench sync``).
     """
 
-    __slots__ = ("_receive", "_send")
+    __slots__ = ("_receive", "_send", "write_now")
 
-    def __init__(self, receive: Receive, send: Send) -> None:
+    def __init__(self, receive: Receive, send: Send, scope: Scope | None = None) -> None:
         self._receive = receive
         self._send = send
+        # Pre-framed synchronous writes when the server offers them (tether serve's uvicorn
+        # protocol, collab.raw_frames); None under a host app's server: plain ASGI sends.
+        self.write_now = raw_frame_writer(scope)
 
     async def handshake(self) -> bool:
         """Consume ``websocket.connect``; False if the client left first."""
@@ -170,7 +175,13 @@ class TetherServer:
         self._crowded: set[str] = set()  # addresses logged for the limit (bounded likewise)
         self._said_not_started = False
         # The HTTP fallback for /ws (the same frames, connection logic, auth and limits).
-        self.http_transport = HttpTransport(settings, self.metrics, self._session_grant)
+        self.http_transport = HttpTransport(
+            settings,
+            self.metrics,
+            self._session_grant,
+            connect=self._session_connect,
+            disconnect=self.hooks.on_disconnect,
+        )
         self.cors_origins = OriginPolicy.from_settings(settings.cors_origins, auth="jwt")
         self.http_app = Starlette(
             routes=self.routes(), lifespan=self._lifespan, middleware=_cors(self.cors_origins)
@@ -208,6 +219,7 @@ class TetherServer:
             if engine is not None:
                 self.hooks.add(engine)
                 stack.callback(self.hooks.remove, engine)
+                self.cluster.on_deleted = engine.forget_document  # deleted on another node
             if settings.webhook_url:
                 webhooks = WebhookExtension(
                     settings.webhook_url,
@@ -417,10 +429,25 @@ class TetherServer:
             media_type="text/event-stream",
         )
 
-    async def _session_grant(self, token: str, request: Request) -> Grant:
-        """An HTTP fallback session's token, checked as REST's are (hooks first)."""
+    async def _session_connect(self, request: Request) -> ConnectionInfo:
+        """An HTTP fallback session arriving: the on_connect hooks, as for a /ws socket (an
+        AuthError refuses it, counted as /ws counts it)."""
         address = request.client.host if request.client else "unknown"
         info = _connection_info(request.scope, "http", route_path(request.scope), address)
+        try:
+            await self.hooks.on_connect(info)
+        except AuthError:
+            self.metrics.auth_failures.labels("on_connect").inc()
+            raise
+        return info
+
+    async def _session_grant(
+        self, token: str, request: Request, info: ConnectionInfo | None = None
+    ) -> Grant:
+        """An HTTP fallback session's token, checked as REST's are (hooks first)."""
+        if info is None:
+            address = request.client.host if request.client else "unknown"
+            info = _connection_info(request.scope, "http", route_path(request.scope), address)
         return await authenticate(self.ctx, token, None, info, check=False)
 
     async def _bearer_grant(self, request: Request, document: str | None) -> Grant | None:
@@ -511,7 +538,7 @@ class TetherServer:
 
     async def websocket(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Origin, per-address limit, then the endpoint by path."""
-        ws = _AsgiWebSocket(receive, send)
+        ws = _AsgiWebSocket(receive, send, scope)
         if not await ws.handshake():
             return
         refusal = _origin_refusal(scope, self.origins)
@@ -533,7 +560,7 @@ class TetherServer:
         log.debug("socket opened from %s on %s", address, path)
         try:
             if path == "/ws":
-                connection = _connection_info(scope, "ws", path, address)
+                connection = _connection_info(scope, "ws", path, address, hooks=self.hooks)
                 if await self._connected(ws, connection):
                     try:
                         await self.ws_endpoint(ws, connection)
@@ -544,7 +571,7 @@ class TetherServer:
                 # scope["path"] is percent-decoded already (once): decoding again made "rep%2541"
                 # the document "repA", under a token checked for that name.
                 name = path[len("/yjs/") :]
-                connection = _connection_info(scope, "yjs", path, address, name)
+                connection = _connection_info(scope, "yjs", path, address, name, hooks=self.hooks)
                 if await self._connected(ws, connection):
                     try:
                         await self.yjs_endpoint(ws, name, query, connection)
@@ -581,13 +608,24 @@ class TetherServer:
 
 
 def _connection_info(
-    scope: Scope, endpoint: str, path: str, address: str, document: str | None = None
+    scope: Scope,
+    endpoint: str,
+    path: str,
+    address: str,
+    document: str | None = None,
+    *,
+    hooks: Hooks | None = None,
 ) -> ConnectionInfo:
-    headers = {
-        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-    }
+    # Decoded if a hook reads them; not even kept when no extension has a hook that is shown
+    # the connection (the scope's copy is then released after the handshake under tether
+    # serve: ~1 KB per idle socket).
+    seen = hooks is None or any(hooks.has(name) for name in _CONNECTION_HOOKS)
+    headers = RequestHeaders(scope.get("headers", []) if seen else ())
     query = scope.get("query_string", b"").decode("latin-1")
     return ConnectionInfo(endpoint, path, address, headers, query, document)
+
+
+_CONNECTION_HOOKS = ("on_connect", "on_authenticate", "on_disconnect")
 
 
 def route_path(scope: Scope) -> str:

@@ -1,7 +1,9 @@
-"""uvicorn's Server, saying where tether serves once it is really listening."""
+"""uvicorn's Server, saying where tether serves once it is really listening (and freezing
+what startup made out of the garbage collector's way)."""
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 from pathlib import Path
@@ -23,6 +25,11 @@ class AnnouncingServer(uvicorn.Server):
         await super().startup(sockets)
         if not self.started:
             return
+        # What startup made (modules, classes, the app, the AI engine) lives as long as the
+        # process: frozen, a full collection no longer walks it (a pause every editor feels,
+        # long with thousands of idle sockets: each of their objects is walked too).
+        gc.collect()
+        gc.freeze()
         for listener in self.servers:
             for bound in listener.sockets:
                 host, port = bound.getsockname()[:2]

@@ -5,6 +5,12 @@ writer thread, which runs everything queued in ONE transaction, commits (fsync w
 synchronous=FULL), and only then resolves the writes' futures: so an awaited append is durable,
 and writes arriving during a commit share the next one's fsync. Reads run in worker threads on
 a separate read connection; WAL lets them proceed while the writer commits.
+
+A failed append fences its document: every append or compaction of it that runs after
+the failure (queued behind it, or called later) fails too, until ``resume``. Editors had the lost
+update fanned out before the disk took it and may build on it; stored without it, what they
+build could never be integrated by anyone loading the document. The room rebuilds the
+document from here, calls ``resume`` first, and asks its editors to resend.
 """
 
 from __future__ import annotations
@@ -69,7 +75,7 @@ _INFO = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
     FROM documents AS d LEFT JOIN updates AS u ON u.name = d.name
     {where} GROUP BY d.name ORDER BY d.name"""
 
-OpKind = Literal["append", "compact", "delete", "version"]
+OpKind = Literal["append", "compact", "delete", "version", "resume"]
 
 
 @dataclass(eq=False, slots=True)
@@ -159,6 +165,11 @@ class SQLiteStore(Store):
     def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
         return self._enqueue("version", name, bytes(state), label)
 
+    def resume(self, name: str) -> None:
+        # Through the queue, so it lifts the fence for what is called after it, in order.
+        if self._state == "open" and self._loop is not None and not self._stopped.done():
+            self._queue.put(_Op("resume", name, b"", self._loop.create_future()))
+
     def _enqueue(
         self, kind: OpKind, name: str, data: bytes, label: str = ""
     ) -> Coroutine[Any, Any, Any]:
@@ -219,10 +230,11 @@ class SQLiteStore(Store):
 
     def _serve(self, writer: _Writer) -> None:
         stop = False
+        fenced: set[str] = set()  # documents with a failed append, until resumed
         while not stop:
             ops, stop = self._take()
             if ops:
-                self._commit(writer, ops)
+                self._commit(writer, ops, fenced)
 
     def _take(self) -> tuple[list[_Op], bool]:
         """Block for one op, then take whatever else is queued, up to max_batch."""
@@ -238,17 +250,33 @@ class SQLiteStore(Store):
                 return ops, False
         return ops, True
 
-    def _commit(self, writer: _Writer, ops: list[_Op]) -> None:
-        outcomes: list[object]
-        try:
-            outcomes = list(writer.run_batch(ops))
-            self.commits += 1
-        except Exception as exc:  # the writer must outlive a failed transaction
-            outcomes = [_storage_error(op, exc) for op in ops]
+    def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
+        outcome_of: dict[int, object] = {}  # by position in ops: what never reaches the batch
+        runnable: list[_Op] = []
+        for position, op in enumerate(ops):
+            if op.kind == "resume":
+                fenced.discard(op.name)
+                outcome_of[position] = None
+            elif op.name in fenced and op.kind in ("append", "compact"):
+                outcome_of[position] = _fenced_error(op)
+            else:
+                runnable.append(op)
+                if op.kind == "delete":
+                    fenced.discard(op.name)  # a re-created document starts afresh
+        outcomes: list[object] = []
+        if runnable:
+            try:
+                outcomes = list(writer.run_batch(runnable))
+                self.commits += 1
+            except Exception as exc:  # the writer must outlive a failed transaction
+                outcomes = [_storage_error(op, exc) for op in runnable]
+                fenced.update(op.name for op in runnable if op.kind == "append")
+        ran = iter(outcomes)
+        settled = [outcome_of[k] if k in outcome_of else next(ran) for k in range(len(ops))]
         loop = self._loop
         assert loop is not None  # set before the thread starts
         try:
-            loop.call_soon_threadsafe(_settle, [op.future for op in ops], outcomes)
+            loop.call_soon_threadsafe(_settle, [op.future for op in ops], settled)
         except RuntimeError:
             pass  # the loop is closed: nobody is left waiting for these results
 
@@ -266,7 +294,20 @@ class _Writer:
         now = time.time()
         self._conn.execute("BEGIN IMMEDIATE")
         try:
-            results = [self._run(op, now) for op in ops]
+            results: list[object] = []
+            start = 0
+            while start < len(ops):
+                # A run of appends (the common batch) takes one executemany and one touch per
+                # document; any other op runs alone, in order, between runs.
+                end = start
+                while end < len(ops) and ops[end].kind == "append":
+                    end += 1
+                if end > start:
+                    results.extend(self._append_many(ops[start:end], now))
+                    start = end
+                else:
+                    results.append(self._run(ops[start], now))
+                    start += 1
             self._conn.execute("COMMIT")
         except BaseException:
             self._log_lengths.clear()
@@ -292,6 +333,26 @@ class _Writer:
         self._conn.execute("INSERT INTO updates (name, data) VALUES (?, ?)", (name, data))
         self._log_lengths[name] = length
         return length
+
+    def _append_many(self, ops: list[_Op], now: float) -> list[int]:
+        """Appends in order; each one's result is its document's log length after it."""
+        if len(ops) == 1:
+            op = ops[0]
+            return [self._append(op.name, op.data, now)]
+        lengths: list[int] = []
+        counted: dict[str, int] = {}
+        for op in ops:
+            length = counted.get(op.name)
+            if length is None:
+                length = self._log_length(op.name)
+            counted[op.name] = length + 1
+            lengths.append(length + 1)
+        self._conn.executemany(_TOUCH, [(name, now, now) for name in counted])
+        self._conn.executemany(
+            "INSERT INTO updates (name, data) VALUES (?, ?)", [(op.name, op.data) for op in ops]
+        )
+        self._log_lengths.update(counted)
+        return lengths
 
     def _compact(self, name: str, snapshot: bytes, now: float) -> None:
         # Ops run in call order, so every log row present now was appended before compact().
@@ -346,6 +407,13 @@ def _storage_error(op: _Op, exc: Exception) -> StorageError:
     error = StorageError(f"{op.kind} {op.name!r} failed: {exc}")
     error.__cause__ = exc
     return error
+
+
+def _fenced_error(op: _Op) -> StorageError:
+    return StorageError(
+        f"cannot {op.kind} {op.name!r}: an earlier update of it failed to store; the document"
+        " is rebuilt from storage before anything more of it is stored"
+    )
 
 
 def _connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:

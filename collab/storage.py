@@ -91,6 +91,11 @@ class Store(ABC):
         that want a done-callback instead of a task per update."""
         return asyncio.ensure_future(self.append(name, update))
 
+    def resume(self, name: str) -> None:  # noqa: B027 - optional: the memory store fences nothing
+        """The caller rebuilt ``name`` from storage after one of its appends failed: writes to
+        it may be accepted again (a store that fences a document after a failed append, so no
+        later update that may build on the lost one commits, lifts that here)."""
+
     @abstractmethod
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
         """Atomically store `snapshot` and drop every log entry appended before this call.

@@ -33,6 +33,9 @@ from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
 from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
 
+from .sequence_order import Chains, OrderFacts
+from .yrs_panics import is_rust_panic
+
 DEFAULT_MAX_NESTING_DEPTH = 128
 
 Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
@@ -81,6 +84,7 @@ class UpdateGuard:
         self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
         # client → sorted clocks where a two-unit character starts (a split after one is refused)
         self._pairs: dict[int, array[int]] = {}
+        self.chains = Chains()  # what history says about order (collab.sequence_order)
 
     def check(self, scan: ScannedUpdate) -> dict[int, Parent]:
         """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
@@ -130,6 +134,7 @@ class UpdateGuard:
 
     def admit(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
         known = self._known
+        self.chains.record(scan, known)
         for gap in scan.ranges:
             if gap.clock + gap.length > known.get(gap.client, 0):
                 self._runs_of(gap.client).add(max(gap.clock, known.get(gap.client, 0)), None)
@@ -150,6 +155,11 @@ class UpdateGuard:
         for client, end in scan.ends.items():
             if end > known.get(client, 0):
                 known[client] = end
+
+    @property
+    def known_clocks(self) -> dict[int, int]:
+        """Client → one past its last clock this document has (read-only for callers)."""
+        return self._known
 
     def knows(self, ident: ID) -> bool:
         return ident[1] < self._known.get(ident[0], 0)
@@ -305,7 +315,9 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
     Yjs's conflict resolution assumes the right origin is right of the origin (a client takes
     both from adjacent items). When it is not, yrs integrates the item in one place live and in
     another when a snapshot is rebuilt, so live editors and every later reader diverge for good.
-    The order of two items is read off yrs's sticky indices: an item's offset with
+    Most pairs are settled by the document's history (``collab.sequence_order``: chains of
+    typing and the origins they hang on), in a few bisections. The rest is read off yrs's
+    sticky indices, a linear walk per item: an item's offset with
     ``Assoc.AFTER`` counts the visible units before it, with ``Assoc.BEFORE`` also its own unit
     if visible. That decides every case except two deleted items with nothing visible between
     them, where the order cannot be seen and the item is let through. Where an origin is one of
@@ -314,33 +326,88 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
     """
     known: list[OriginPair] = []
     later: list[OriginPair] = []
-    for item in scan.items:
-        if item.origin is None or item.right_origin is None:
+    facts: OrderFacts | None = None
+    shown: set[int] = set()  # this update's items whose own pair is shown in order already
+    for position, item in enumerate(scan.items):
+        origin, right = item.origin, item.right_origin
+        if origin is None or right is None:
             continue
-        pair = (item.origin, item.right_origin)
-        if guard.knows(item.origin) and guard.knows(item.right_origin):
-            known.append(pair)
+        if facts is None:
+            fresh = Chains()
+            fresh.record(scan, guard.known_clocks)
+            facts = OrderFacts(guard.chains, fresh)
+        if facts.left_of(origin, right):
+            shown.add(position)
+            continue  # shown in order by history: nothing to ask yrs
+        if origin == right or facts.left_of(right, origin):
+            raise _inconsistent()
+        if guard.knows(origin) and guard.knows(right):
+            known.append((origin, right))
         else:
-            later.append(pair)
+            later.append((origin, right))
+    undecided: list[OriginPair] = []
     if known:
-        _check_pairs(doc, known, unplaceable_is_inconsistent=True)
-    return later
+        undecided = _check_pairs(doc, known, unplaceable_is_inconsistent=True)
+        if later:
+            unseen = set(undecided)
+            shown.update(
+                position
+                for position, item in enumerate(scan.items)
+                if item.origin is not None
+                and item.right_origin is not None
+                and guard.knows(item.origin)
+                and guard.knows(item.right_origin)
+                and (item.origin, item.right_origin) not in unseen
+            )
+    if later:
+        # An item of this update whose own pair is shown sits left of its right origin, every
+        # unit of it: a pair from inside it to that same right origin is in order too.
+        shown_by_right: dict[ID, list[ScannedItem]] = {}
+        for position in shown:
+            item = scan.items[position]
+            assert item.right_origin is not None
+            shown_by_right.setdefault(item.right_origin, []).append(item)
+        later = [
+            (left, right)
+            for left, right in later
+            if not any(
+                item.client == left[0] and item.clock <= left[1] < item.clock + item.length
+                for item in shown_by_right.get(right, ())
+            )
+        ]
+    # Pairs the walk cannot order now (two deleted items, nothing visible between) are asked
+    # again once this update's own items are in: they may show the order then.
+    return later + undecided
 
 
 def check_applied_origin_order(doc: Doc, pairs: list[OriginPair]) -> None:
     """The same rule for pairs that involve an update's own items, on the doc it went into."""
-    _check_pairs(doc, pairs, unplaceable_is_inconsistent=False)
+    _check_pairs(doc, pairs, unplaceable_is_inconsistent=False)  # still unseen: let through
 
 
-def _check_pairs(doc: Doc, pairs: list[OriginPair], *, unplaceable_is_inconsistent: bool) -> None:
+def _check_pairs(
+    doc: Doc, pairs: list[OriginPair], *, unplaceable_is_inconsistent: bool
+) -> list[OriginPair]:
+    """Raise for a pair shown out of order; return the pairs whose order cannot be seen."""
+    undecided: list[OriginPair] = []
+    offsets: dict[ID, tuple[int, int]] = {}  # each resolution walks the sequence: once per ID
+
+    def offsets_of(ident: ID) -> tuple[int, int]:
+        found = offsets.get(ident)
+        if found is None:
+            found = offsets[ident] = _offsets(txn, ident)
+        return found
+
     with doc.transaction() as txn:
         for left, right in pairs:
             if left == right:
                 raise _inconsistent()
             try:
-                left_after, left_before = _offsets(txn, left)
-                right_after, right_before = _offsets(txn, right)
-            except Exception as exc:  # an ID yrs cannot place in a sequence
+                left_after, left_before = offsets_of(left)
+                right_after, right_before = offsets_of(right)
+            except BaseException as exc:  # an ID yrs cannot place (a GC'd one: a panic)
+                if not isinstance(exc, Exception) and not is_rust_panic(exc):
+                    raise
                 if unplaceable_is_inconsistent:
                     raise _inconsistent() from exc
                 continue  # e.g. garbage-collected in the same update: nothing to order
@@ -348,10 +415,14 @@ def _check_pairs(doc: Doc, pairs: list[OriginPair], *, unplaceable_is_inconsiste
                 consistent = right_after >= left_before
             elif right_before > right_after:  # only the right origin is visible
                 consistent = left_after <= right_after
+            elif left_after == right_after:
+                undecided.append((left, right))  # both deleted, nothing visible between
+                continue
             else:
-                consistent = left_after <= right_after
+                consistent = left_after < right_after
             if not consistent:
                 raise _inconsistent()
+    return undecided
 
 
 def _offsets(txn: Transaction, ident: ID) -> tuple[int, int]:

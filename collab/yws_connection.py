@@ -7,7 +7,6 @@ after accepting makes it reconnect every 100 ms).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 
@@ -23,11 +22,12 @@ from tether.protocol.yws import (
 
 from .auth import AuthError, Grant
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
+from .connection_timer import ConnectionTimer
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
 from .initial_sync import InitialSync
-from .lifecycle import CloseConnection, detach_each, run_connection, slow_consumer
+from .lifecycle import CloseConnection, ConnectionEnd, detach_each, run_connection
 from .limits import refuse
 from .outbox import Outbox
 from .peer import Peer
@@ -59,14 +59,21 @@ class YwsConnection:
         self._document = document
         self._grant = grant
         s = ctx.settings
-        self._outbox = Outbox(transport.send, s.send_queue_frames, s.send_queue_bytes)
+        self._outbox = Outbox(
+            transport.send,
+            s.send_queue_frames,
+            s.send_queue_bytes,
+            getattr(transport, "write_now", None),  # collab.raw_frames, where offered
+        )
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
-        self._revoked = asyncio.Event()  # the room ended this socket's attachment (deleted)
-        self._revoke_reason = ""
+        self._end = ConnectionEnd(ctx.metrics, self._outbox)
+        # Keepalives and the token's expiry: one timer, no task per socket (memory).
+        self._timer = ConnectionTimer(self._on_timer)
+        self._next_keepalive = time.monotonic() + s.ping_interval
 
     def _revoke(self, reason: str) -> None:
-        self._revoke_reason = reason
-        self._revoked.set()
+        """The room ended this socket's attachment (its document was deleted)."""
+        self._end.close(CloseConnection(DOCUMENT_DELETED, reason))
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
@@ -77,15 +84,17 @@ class YwsConnection:
             peer.revoke = self._revoke
             peer.initial_sync = self._initial_sync
             room.attach(peer)
+            self._arm_timer()
             await run_connection(
                 receive_loop=self._receive_loop(room, peer),
-                monitor=self._monitor(),
+                end=self._end,
                 outbox=self._outbox,
                 transport=self._transport,
                 detach=lambda: detach_each([self._initial_sync.close, lambda: room.detach(peer)]),
                 metrics=metrics,
             )
         finally:
+            self._timer.cancel()
             metrics.connections.labels("yjs").dec()
 
     async def _receive_loop(self, room: Room, peer: Peer) -> None:
@@ -106,6 +115,9 @@ class YwsConnection:
                 room.send_presence(peer)
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
+            message = data = None  # type: ignore[assignment]  # not held while idle
+            if self._end.ended:
+                return  # decided while handling this frame (its own outbox overflowed)
 
     def _refuse_upload(self, peer: Peer, size: int, limit: int) -> None:
         """An editor's own change over ``max_frame_bytes`` (a paste). Closing would make
@@ -117,32 +129,22 @@ class YwsConnection:
         peer.scope = "readonly"
         peer.send(YPermissionDenied(reason).encode())
 
-    async def _monitor(self) -> CloseConnection:
-        """Keepalive frames, and the decisions to close: a reader that fell behind, a token that
-        expired (at its expiry, not at the next keepalive after it)."""
-        interval = self._ctx.settings.ping_interval
-        loop = asyncio.get_running_loop()
-        next_keepalive = loop.time() + interval
-        overflow = asyncio.ensure_future(self._outbox.overflowed.wait())
-        revoked = asyncio.ensure_future(self._revoked.wait())
-        try:
-            while True:
-                wait = next_keepalive - loop.time()
-                expires_at = self._grant.expires_at
-                if expires_at is not None:
-                    wait = min(wait, expires_at - time.time())
-                done, _ = await asyncio.wait(
-                    {overflow, revoked}, timeout=max(0.0, wait), return_when=asyncio.FIRST_COMPLETED
-                )
-                if revoked in done:
-                    return CloseConnection(DOCUMENT_DELETED, self._revoke_reason)
-                if done:
-                    return slow_consumer(self._ctx.metrics, self._outbox)
-                if self._grant.expired():
-                    return CloseConnection(TOKEN_EXPIRED, "token expired")
-                if loop.time() >= next_keepalive:
-                    self._outbox.put(KEEPALIVE_FRAME)
-                    next_keepalive = loop.time() + interval
-        finally:
-            overflow.cancel()
-            revoked.cancel()
+    def _on_timer(self) -> None:
+        """Keepalive frames, and the close at the token's expiry (at its expiry, not at the next
+        keepalive after it)."""
+        if self._end.ended:
+            return
+        if self._grant.expired():
+            self._end.close(CloseConnection(TOKEN_EXPIRED, "token expired"))
+            return
+        if time.monotonic() >= self._next_keepalive:
+            self._outbox.put(KEEPALIVE_FRAME)
+            self._next_keepalive = time.monotonic() + self._ctx.settings.ping_interval
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        due = self._next_keepalive
+        expires_at = self._grant.expires_at
+        if expires_at is not None:
+            due = min(due, time.monotonic() + max(0.0, expires_at - time.time()))
+        self._timer.arm(due)

@@ -271,6 +271,12 @@ class ServerSession:
             name: ch.scope for name, ch in self._channels.items() if ch.state is ChannelState.OPEN
         }
 
+    def earliest_waiting_since(self) -> float | None:
+        """When the channel waiting longest for its token (or its verdict) began to wait."""
+        waiting = (ChannelState.AWAITING_TOKEN, ChannelState.VERIFYING)
+        since = [ch.waiting_since for ch in self._channels.values() if ch.state in waiting]
+        return min(since) if since else None
+
     def overdue_channels(self, now: float, auth_timeout: float) -> list[str]:
         """Channels still waiting for a token (or its verdict) longer than ``auth_timeout``."""
         waiting = (ChannelState.AWAITING_TOKEN, ChannelState.VERIFYING)

@@ -169,7 +169,11 @@ class HttpSocket:
 
 
 async def create_session(
-    http_url: str, token: str, *, source: str | None = None
+    http_url: str,
+    token: str,
+    *,
+    source: str | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[httpx.AsyncClient, httpx.Response]:
     """POST /http/session; ``source``: a loopback address to connect from (127.0.0.2, ...),
     so one machine can look like several clients."""
@@ -177,7 +181,8 @@ async def create_session(
     http = httpx.AsyncClient(
         base_url=http_url, timeout=httpx.Timeout(10, read=None), transport=transport
     )
-    reply = await http.post("/http/session", headers={"Authorization": f"Bearer {token}"})
+    sent = {**(headers or {}), "Authorization": f"Bearer {token}"}
+    reply = await http.post("/http/session", headers=sent)
     return http, reply
 
 
@@ -194,8 +199,9 @@ class HttpMuxPeer(MuxPeer):
         ack: bool = True,
         poll: bool = False,
         start: bool = True,
+        headers: dict[str, str] | None = None,
     ) -> HttpMuxPeer:
-        http, reply = await create_session(http_url, token)
+        http, reply = await create_session(http_url, token, headers=headers)
         if reply.status_code != 201:
             await http.aclose()
             raise PermissionError(f"session refused: {reply.status_code} {reply.text}")

@@ -32,13 +32,13 @@ class Nodes:
     """N ServerProcess nodes sharing one database and one bus."""
 
     def __init__(self, root: Path, dsn: str, bus: str, count: int, **settings: object) -> None:
+        settings = {"bus_reconcile_interval": 0.5, **settings}
         self.nodes = [
             ServerProcess(
                 root / f"node{i}",
                 store=dsn,
                 bus=bus,
                 node_id=f"node{i}",
-                bus_reconcile_interval=0.5,
                 **settings,
             )
             for i in range(count)

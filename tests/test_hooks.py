@@ -14,6 +14,7 @@ import pytest
 import websockets
 
 from tests.hostproc import REPO, HostProcess
+from tests.httppeer import HttpMuxPeer, create_session
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import SECRET
 from tether.collab.auth import make_token
@@ -52,7 +53,23 @@ async def test_on_connect_refuses_by_raising_and_fills_the_context_later_hooks_s
         assert doc.scope == "read-write"
     events = events_until(host, "disconnect ws user=carol")
     assert "connect ws user=carol" in events
-    assert "authenticate hooks/ctx ws user=carol" in events  # on_connect's context reached it
+    # on_connect's context reached it, and so did the headers
+    assert "authenticate hooks/ctx ws user=carol header=carol" in events
+
+
+async def test_hooks_see_the_headers_after_the_accept_under_tether_serves_protocol(tmp_path):
+    """SlimWebSocketsProtocol drops the scope's headers once accepted; on_authenticate runs
+    later (per document) and must still read them."""
+    args = ("--secret", SECRET, "--slim-ws")
+    with HostProcess(HOOKS_HOST, tmp_path, *args, ready_path="/t/health") as slim:
+        url = slim.ws("/t/ws")
+        async with await MuxPeer.connect(url, additional_headers={"x-user": "erin"}) as p:
+            doc = await p.open("hooks/late", "db:erin")
+            assert doc.scope == "read-write"
+            second = await p.open("hooks/later", "db:erin")  # after the accept, long after
+            assert second.scope == "read-write"
+        events = events_until(slim, "disconnect ws user=erin")
+    assert "authenticate hooks/later ws user=erin header=erin" in events
 
 
 async def test_on_authenticate_grants_denies_or_falls_through_to_jwt(host):
@@ -159,3 +176,25 @@ async def test_a_direct_change_that_fails_halfway_still_reaches_editors_and_the_
         )
         assert reply.json()["text"] == "ab"  # pycrdt has no rollback: what was done is kept...
         await editor.wait_text("ab")  # ...and published, not left only in the server's copy
+
+
+async def test_http_fallback_sessions_run_the_same_on_connect_hooks_as_ws(host):
+    """A session on the HTTP fallback is a socket arriving: on_connect refuses it (403 with
+    the hook's reason, as the /ws upgrade is refused) or fills the context that every
+    on_authenticate of the session then sees, and on_disconnect follows when it ends."""
+    base = host.http_url + "/t"
+    http, refused = await create_session(base, "db:carol", headers={"x-banned": "1"})
+    await http.aclose()
+    assert refused.status_code == 403
+    assert refused.json() == {"error": "banned by the host"}
+    peer = await HttpMuxPeer.connect(base, "db:dave", headers={"x-user": "dave"})
+    async with peer:
+        doc = await peer.open("hooks/http", "db:dave")
+        assert doc.scope == "read-write"
+    events = events_until(host, "disconnect http user=dave")
+    assert "connect http user=dave" in events
+    assert "authenticate None http user=dave header=dave" in events  # the session's own token
+    assert "authenticate hooks/http http user=dave header=dave" in events  # a channel's, in it
+    assert after(events, "connect http user=dave", "disconnect http user=dave")
+    metrics = httpx.get(host.http_url + "/t/metrics", timeout=5).text
+    assert 'tether_auth_failures_total{reason="on_connect"}' in metrics

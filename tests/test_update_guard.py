@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from pycrdt import Doc, Text
+from pycrdt import Array, Doc, Text
 
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import TEXT, MuxPeer
@@ -365,47 +365,108 @@ async def test_an_edit_inside_an_emoji_is_refused_so_live_and_reloaded_agree(
         assert (await rest(server, "emoji")).json()["text"] == "😀Xb"
 
 
-def crafted_items(client: int, items: list[tuple[tuple[int, int], tuple[int, int], str]]) -> bytes:
+CraftedItem = tuple[tuple[int, int], tuple[int, int], str]  # origin, right origin, text
+
+
+def crafted_items(client: int, items: list[CraftedItem]) -> bytes:
     """String items by ``client`` from clock 0, each with an origin and a right origin."""
-    out = (
-        write_var_uint(1) + write_var_uint(len(items)) + write_var_uint(client) + write_var_uint(0)
-    )
-    for origin, right, text in items:
-        out += bytes([0x80 | 0x40 | 4])
-        for part in (*origin, *right):
-            out += write_var_uint(part)
-        out += write_var_string(text)
+    return crafted_clients({client: items})
+
+
+def crafted_clients(items_by_client: dict[int, list[CraftedItem]]) -> bytes:
+    """One update of string items by several new clients, each from clock 0."""
+    out = write_var_uint(len(items_by_client))
+    for client, items in items_by_client.items():
+        out += write_var_uint(len(items)) + write_var_uint(client) + write_var_uint(0)
+        for origin, right, text in items:
+            out += bytes([0x80 | 0x40 | 4])
+            for part in (*origin, *right):
+                out += write_var_uint(part)
+            out += write_var_string(text)
     return out + write_var_uint(0)
 
 
+@pytest.mark.parametrize(
+    ("hostile", "reloads"),
+    [
+        # The second item hangs between two units of the first (origin and right origin both
+        # the first's last unit): live yrs wrote "helloABA world", rebuilt from storage
+        # "helloAAB world". Refused before it is applied now (origin and right origin equal).
+        pytest.param(
+            crafted_items(88, [((1, 4), (1, 5), "AA"), ((88, 1), (88, 1), "B")]), 0, id="equal"
+        ),
+        # Client 90's right origin (88's "A", near "hello") is left of its origin (89's "C",
+        # near "world"). Where 88 and 89 land is only known once applied, so the server
+        # applies, checks, and rebuilds the doc from storage.
+        pytest.param(
+            crafted_clients(
+                {
+                    88: [((1, 4), (1, 5), "AA")],
+                    89: [((1, 8), (1, 9), "CC")],
+                    90: [((89, 1), (88, 0), "B")],
+                }
+            ),
+            1,
+            id="placed-by-the-update",
+        ),
+    ],
+)
 async def test_inconsistent_origins_among_one_updates_own_items_are_undone(
-    plain_server: ServerProcess,
+    plain_server: ServerProcess, hostile: bytes, reloads: int
 ) -> None:
-    """The second item hangs between two units of the first (origin and right origin both the
-    first's last unit): live yrs wrote "helloABA world", rebuilt from storage "helloAAB world".
-    Its place is only known once applied, so the server applies, checks, and rebuilds the doc
-    from storage: nothing of the update remains, the author's socket never notices."""
+    """Nothing of the update remains, the author's socket never notices."""
     server = plain_server
     token = server.token()
     seed = Doc(client_id=1)
     seed.get(TEXT, type=Text).insert(0, "hello world")
-    hostile = crafted_items(88, [((1, 4), (1, 5), "AA"), ((88, 1), (88, 1), "B")])
+    name = f"own-origins-{reloads}"
     before = metric_value(await metrics_text(server), "tether_document_reloads_total") or 0
     async with (
         await MuxPeer.connect(server.ws_url) as author,
         await MuxPeer.connect(server.ws_url) as attacker,
     ):
-        doc = await author.open("own-origins", token)
+        doc = await author.open(name, token)
         doc.apply(seed.get_update())
         await doc.send_update(seed.get_update())
         await doc.wait_acked()
-        await (await attacker.open("own-origins", token)).send_update(hostile)
+        await (await attacker.open(name, token)).send_update(hostile)
         assert await attacker.wait_closed() == 1002
         await doc.append("!")
         await doc.wait_text("hello world!")
         async with await MuxPeer.connect(server.ws_url) as reader:
-            fresh = await reader.open("own-origins", token)
+            fresh = await reader.open(name, token)
             await fresh.wait_text("hello world!")
-    assert (await rest(server, "own-origins")).json()["text"] == "hello world!"
+    assert (await rest(server, name)).json()["text"] == "hello world!"
     metrics = await metrics_text(server)
-    assert metric_value(metrics, "tether_document_reloads_total") == before + 1
+    assert metric_value(metrics, "tether_document_reloads_total") == before + reloads
+
+
+async def test_an_origin_pair_on_garbage_collected_items_fails_only_its_sender(
+    plain_server: ServerProcess,
+) -> None:
+    """Asking yrs where a garbage-collected item sits panics in Rust (a ``BaseException``, not
+    an ``Exception``). An item whose origins point into a deleted nested type's children must
+    be refused like any inconsistent item: the sender closed, the author unaffected."""
+    server = plain_server
+    token = server.token()
+    seed = Doc(client_id=5)
+    seed.get(TEXT, type=Text).insert(0, "hello")
+    nested = seed.get("nest", type=Array)
+    nested.append(Text("garbage soon"))
+    nested.append(Text("more garbage"))
+    del nested[0:2]  # their children become GC structs: clocks 6-17 and 19-30 of client 5
+    async with (
+        await MuxPeer.connect(server.ws_url) as author,
+        await MuxPeer.connect(server.ws_url) as attacker,
+    ):
+        doc = await author.open("gc-origins", token)
+        await doc.send_update(seed.get_update())
+        await doc.wait_acked()
+        hostile = await attacker.open("gc-origins", token)
+        # origin and right origin: children of the two collected texts
+        await hostile.send_update(crafted_insert((5, 8), (5, 20), "X"))
+        assert await attacker.wait_closed() == 1002
+        await doc.append("!")
+        await doc.wait_acked()
+        assert all(doc.statuses)
+    assert (await rest(server, "gc-origins")).json()["text"] == "hello!"

@@ -13,11 +13,14 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import os
 import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..log_redaction import has_password, redact_url
 from .engines import PostgresServer, RedisServer
 from .launcher import ServerProcess
 
@@ -27,8 +30,18 @@ _RELAY_CHUNK = 64 * 1024
 def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--port", type=int, default=8765, help="the balancer's loopback port")
-    parser.add_argument("--store", default="", help="postgresql:// DSN (default: start one)")
-    parser.add_argument("--bus", default="", help="redis:// URL (default: start one)")
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("TETHER_STORE", ""),
+        help="postgresql:// DSN (default: $TETHER_STORE, else start one); with a password"
+        " in it, prefer TETHER_STORE (a flag is visible in ps)",
+    )
+    parser.add_argument(
+        "--bus",
+        default=os.environ.get("TETHER_BUS", ""),
+        help="redis:// URL (default: $TETHER_BUS, else start one); with a password in it,"
+        " prefer TETHER_BUS",
+    )
     parser.add_argument("--auth", default="none", choices=["none", "jwt"])
 
 
@@ -85,7 +98,7 @@ class LocalCluster:
         self._pg = None if store else PostgresServer()
         self._redis = None if bus else RedisServer()
         self.store = store
-        self._bus = bus
+        self.bus = bus
         self._settings = settings
         self._count = nodes
         self.nodes: list[ServerProcess] = []
@@ -96,12 +109,12 @@ class LocalCluster:
             self.store = self._pg.create_database("tether")
         if self._redis is not None:
             self._redis.start()
-            self._bus = self._redis.url
+            self.bus = self._redis.url
         for i in range(self._count):
             node = ServerProcess(
                 self.root / f"node{i}",
                 store=self.store,
-                bus=self._bus,
+                bus=self.bus,
                 node_id=f"node{i}",
                 **self._settings,
             )
@@ -118,6 +131,14 @@ class LocalCluster:
 
 
 def run_cluster(args: argparse.Namespace) -> int:
+    for flag in ("store", "bus"):
+        given = getattr(args, flag)
+        if has_password(given) and given != os.environ.get(f"TETHER_{flag.upper()}"):
+            print(
+                f"tether cluster: --{flag} carries a password on the command line (ps, /proc);"
+                f" set TETHER_{flag.upper()} in the environment instead",
+                file=sys.stderr,
+            )
     with tempfile.TemporaryDirectory(prefix="tether-cluster-") as root:
         # Every editor of a local trial comes from 127.0.0.1: no per-address limit.
         with LocalCluster(
@@ -131,7 +152,10 @@ def run_cluster(args: argparse.Namespace) -> int:
             ports = [node.port for node in cluster.nodes]
             print(f"tether cluster: {args.nodes} nodes on ports {ports}", flush=True)
             print(f"  balancer: http://127.0.0.1:{args.port}/ (ws://127.0.0.1:{args.port}/ws)")
-            print(f"  store: {cluster.store}\n  Ctrl-C stops everything", flush=True)
+            # The nodes get the URLs in their environment, never on a command line; what is
+            # printed here goes to terminals and CI logs: no password.
+            print(f"  store: {redact_url(cluster.store)}", flush=True)
+            print(f"  bus: {redact_url(cluster.bus)}\n  Ctrl-C stops everything", flush=True)
             asyncio.run(_balance_until_signalled(args.port, ports))
     return 0
 

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import quote
 
 from .launcher import free_port
 
@@ -126,6 +127,21 @@ class PostgresServer:
         self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "tether", name)
         return self.dsn.rsplit("/", 1)[0] + "/" + name
 
+    def require_password(self, user: str, password: str) -> str:
+        """A superuser ``user`` that must log in with ``password`` over TCP (SCRAM; everyone
+        else stays trusted); the DSN of the ``postgres`` database for it, password included."""
+        escaped = password.replace("'", "''")
+        self._run(
+            "psql", "-h", "127.0.0.1", "-p", str(self.port), "-U", "tether", "-d", "postgres",
+            "-v", "ON_ERROR_STOP=1", "-c",
+            f"CREATE ROLE \"{user}\" LOGIN SUPERUSER PASSWORD '{escaped}'",
+        )  # fmt: skip
+        hba = self.data / "pg_hba.conf"
+        rule = f"host all {user} 127.0.0.1/32 scram-sha-256\n"
+        hba.write_text(rule + hba.read_text())  # the first matching line wins
+        self._run("pg_ctl", "-D", str(self.data), "reload")
+        return f"postgresql://{user}:{quote(password, safe='')}@127.0.0.1:{self.port}/postgres"
+
     def stop(self) -> None:
         """A clean, fast shutdown (connections are cut); the data stays for ``start``."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
@@ -162,7 +178,8 @@ class PostgresServer:
 class RedisServer:
     """A redis-server without persistence (the streams are a relay, never the only copy)."""
 
-    def __init__(self) -> None:
+    def __init__(self, password: str = "") -> None:
+        self.password = password  # requirepass: clients must AUTH with it
         binary = redis_binary()
         if binary is None:
             raise RuntimeError("redis-server is not installed (apt-get install redis-server)")
@@ -173,12 +190,15 @@ class RedisServer:
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        auth = f":{quote(self.password, safe='')}@" if self.password else ""
+        return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
         log = open(self.root / "redis.log", "ab")
         args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.root)]
         args += ["--save", "", "--appendonly", "no", "--daemonize", "no"]
+        if self.password:
+            args += ["--requirepass", self.password]
         self.proc = subprocess.Popen(
             [self.binary, *args],
             stdout=log,
@@ -193,8 +213,19 @@ class RedisServer:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(10)
 
+    def pause(self) -> None:
+        """SIGSTOP: connections stay open and the kernel still accepts new ones, but nothing is
+        answered: what a hung or overloaded Redis looks like to the nodes."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.resume()  # a paused process would not act on SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(10)
@@ -210,3 +241,72 @@ class RedisServer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def pgbouncer_binary() -> str | None:
+    return shutil.which("pgbouncer") or (
+        "/usr/sbin/pgbouncer" if os.access("/usr/sbin/pgbouncer", os.X_OK) else None
+    )
+
+
+class PgBouncer:
+    """A pgbouncer in front of a ``PostgresServer``, in transaction pooling by default (a server
+    connection is lent per transaction, so session state such as named prepared statements does
+    not follow a client); few server connections, so clients really share them. Runs as the
+    PostgreSQL user under root (pgbouncer refuses root too)."""
+
+    def __init__(self, upstream: PostgresServer, *, pool_mode: str = "transaction") -> None:
+        binary = pgbouncer_binary()
+        if binary is None:
+            raise RuntimeError("pgbouncer is not installed (apt-get install pgbouncer)")
+        self.binary = binary
+        self.upstream = upstream
+        self.port = free_port()
+        self.root = Path(tempfile.mkdtemp(prefix="tether-pgbouncer-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+        (self.root / "users.txt").write_text('"tether" ""\n')
+        (self.root / "pgbouncer.ini").write_text(
+            f"[databases]\n* = host=127.0.0.1 port={upstream.port}\n"
+            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {self.port}\n"
+            "unix_socket_dir =\nauth_type = trust\n"
+            f"auth_file = {self.root / 'users.txt'}\npool_mode = {pool_mode}\n"
+            "default_pool_size = 2\nmax_client_conn = 500\n"
+            f"logfile = {self.root / 'pgbouncer.log'}\n"
+            "ignore_startup_parameters = extra_float_digits\n"
+        )
+        self._uid, self._gid = upstream._uid, upstream._gid
+        if self._uid is not None and self._gid is not None:
+            for path in (self.root, *self.root.iterdir()):
+                os.chown(path, self._uid, self._gid)
+        os.chmod(self.root, 0o755)
+
+    def dsn(self, database: str) -> str:
+        return f"postgresql://tether@127.0.0.1:{self.port}/{database}"
+
+    def start(self) -> PgBouncer:
+        self.proc = subprocess.Popen(
+            [self.binary, str(self.root / "pgbouncer.ini")],
+            user=self._uid,
+            group=self._gid,
+            extra_groups=[] if self._uid is not None else None,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_port(self.port, 20, self.proc)
+        return self
+
+    def log(self) -> str:
+        try:
+            return (self.root / "pgbouncer.log").read_text(errors="replace")[-5000:]
+        except OSError:
+            return ""
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        shutil.rmtree(self.root, ignore_errors=True)

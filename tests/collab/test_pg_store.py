@@ -178,6 +178,11 @@ async def test_an_outage_longer_than_the_timeout_fails_the_writes_clearly(
                     await store.append("doc", b"lost")
             finally:
                 postgres.start()
+            # The document is fenced: what follows may build on the lost update.
+            with pytest.raises(StorageError, match="an earlier update of it failed"):
+                await store.append("doc", b"built on the lost one")
+            assert await store.append("other", b"unaffected") == 1
+            store.resume("doc")  # the room rebuilt it from the database
             assert await store.append("doc", b"after") == 2
 
 
@@ -204,4 +209,7 @@ async def test_writes_beyond_store_queue_bytes_fail_at_once_while_the_database_i
             finally:
                 postgres.start()
             assert await waiting == 2  # the one within the bound commits when it returns
+            with pytest.raises(StorageError, match="an earlier update of it failed"):
+                await store.append("doc", b"z")  # may build on the refused one: fenced
+            store.resume("doc")
             assert await store.append("doc", b"y" * 200) == 3

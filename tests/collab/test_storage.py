@@ -384,7 +384,37 @@ async def test_a_failed_transaction_does_not_corrupt_the_log_count(db_path):
             )
             assert isinstance(results[1], StorageError)
             stored = await store.load("doc")
+            store.resume("doc")  # fenced if its "b" shared the failed transaction
             assert await store.append("doc", b"c") == len(stored) + 1
+
+
+@pytest.mark.anyio
+async def test_a_failed_append_fences_its_document_until_resumed(db_path):
+    """What runs after a lost update of a document may build on it: nothing more of that
+    document is stored until the room, having rebuilt it, resumes it."""
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path):
+            pass  # creates the schema
+        with sqlite3.connect(db_path) as conn:
+            conn.execute(
+                """CREATE TRIGGER refuse BEFORE INSERT ON updates WHEN NEW.data = X'4c4f5354'
+                    BEGIN SELECT RAISE(ABORT, 'refused by test trigger'); END"""
+            )
+        async with SQLiteStore(db_path) as store:
+            assert await store.append("doc", b"A") == 1
+            lost, built_on = await asyncio.gather(
+                store.append("doc", b"LOST"), store.append("doc", b"C"), return_exceptions=True
+            )
+            assert isinstance(lost, StorageError)
+            assert isinstance(built_on, StorageError)  # same transaction or fenced after it
+            with pytest.raises(StorageError, match="earlier update of it failed"):
+                await store.append("doc", b"D")
+            with pytest.raises(StorageError, match="earlier update of it failed"):
+                await store.compact("doc", b"snapshot")
+            assert await store.append("other", b"x") == 1  # other documents carry on
+            store.resume("doc")
+            assert await store.append("doc", b"E") == 2
+            assert await store.load("doc") == [b"A", b"E"]
 
 
 @pytest.mark.anyio

@@ -24,6 +24,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--data-dir", required=True)
 parser.add_argument("--secret", required=True)
+# tether serve's own websockets protocol (collab.ws_protocol), which drops the scope's headers
+# after the accept: hooks must still see them.
+parser.add_argument("--slim-ws", action="store_true")
 args = parser.parse_args()
 
 TEMPLATE = "# Template\n"
@@ -62,7 +65,8 @@ class HostDatabase:
         await asyncio.sleep(0)  # stands for the host's database round trip
         user = request.connection.context.get("user") if request.connection else None
         endpoint = request.connection.endpoint if request.connection else "-"
-        recorder.record(f"authenticate {request.document} {endpoint} user={user}")
+        header = request.connection.headers.get("x-user") if request.connection else None
+        recorder.record(f"authenticate {request.document} {endpoint} user={user} header={header}")
         if not request.token.startswith("db:"):
             return None  # not ours: tether's own JWT check decides
         name = request.token[3:]
@@ -178,4 +182,9 @@ app = Starlette(
     ],
     lifespan=lifespan,
 )
-uvicorn.run(app, host="127.0.0.1", port=args.port)
+if args.slim_ws:
+    from tether.collab.ws_protocol import SlimWebSocketsProtocol
+
+    uvicorn.run(app, host="127.0.0.1", port=args.port, ws=SlimWebSocketsProtocol)
+else:
+    uvicorn.run(app, host="127.0.0.1", port=args.port)
