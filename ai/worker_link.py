@@ -141,6 +141,9 @@ class WorkerLink:
             max_tokens=request.max_tokens,
             stop=list(request.stop),
             cold=request.cold,
+            temperature=request.temperature,
+            repeat_penalty=request.repeat_penalty,
+            seed=request.seed,
         )
         return stream
 

@@ -117,6 +117,7 @@ _URL_SETTINGS = ("store", "bus")
 
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
+_QUALITY_HELP = "suggestion quality per prompt, stopping rule and model, against TTFT"
 _STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
 _BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
 _RECONNECT_HELP = "an editor reconnects with a burst of offline edits: does everyone stall?"
@@ -215,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
         add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
         add_reconnect_arguments(bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP))
+        from .bench.quality import add_quality_arguments
+
+        add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -226,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("storm", help=_STORM_HELP)
         bench_kinds.add_parser("idle", help=_IDLE_HELP)
         bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP)
+        bench_kinds.add_parser("quality", help=_QUALITY_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -252,6 +257,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.model import run_model_bench
 
         return run_model_bench(args)
+    if args.bench == "quality":
+        from .bench.quality import run_quality_bench
+
+        return run_quality_bench(args)
     if args.bench == "idle":
         from .bench.idle import run_idle_bench
 

@@ -23,6 +23,11 @@ class GenerationRequest:
     # Evaluate the whole prompt from scratch, reusing nothing: the request-per-suggestion
     # baseline the benchmark compares against.
     cold: bool = False
+    # Sampling: 0 is greedy (the default); above it, seeded, so runs repeat. A repeat penalty
+    # above 1 discourages tokens of the last 64 (1: none).
+    temperature: float = 0.0
+    repeat_penalty: float = 1.0
+    seed: int = 0
 
 
 class Cancellation:

@@ -182,7 +182,9 @@ class LocalProvider(Provider):
                 prompt,
                 max_tokens=request.max_tokens,
                 stream=True,
-                temperature=0.0,
+                temperature=request.temperature,
+                repeat_penalty=request.repeat_penalty,
+                seed=request.seed,
                 stop=list(request.stop) or None,
             )
             for chunk in chunks:
@@ -221,7 +223,7 @@ class LocalProvider(Provider):
 
     def _go_cold(self) -> None:
         """Forget the evaluated sequence so the next prompt is evaluated in full."""
-        if self._current is not None:
+        if self._current is not None and self._states.budget > 0:
             self._states.put(self._current, self._llm.save_state())
         self._llm.reset()
         self._current = None
@@ -234,7 +236,7 @@ class LocalProvider(Provider):
         # Fetch first: it marks the state recently used, so saving the outgoing session's
         # state cannot evict the very one we are about to restore.
         saved = self._states.get(session)
-        if self._current is not None:
+        if self._current is not None and self._states.budget > 0:  # 0: keep no states
             self._states.put(self._current, self._llm.save_state())
         if saved is not None:
             self._llm.load_state(saved)

@@ -218,6 +218,9 @@ class WorkerServer:
                 max_tokens=int(header["max_tokens"]),
                 stop=tuple(header.get("stop") or ()),
                 cold=bool(header.get("cold")),
+                temperature=float(header.get("temperature") or 0.0),
+                repeat_penalty=float(header.get("repeat_penalty") or 1.0),
+                seed=int(header.get("seed") or 0),
             )
             async for piece in self._provider.stream(request, cancel):
                 pieces += 1
