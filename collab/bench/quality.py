@@ -79,6 +79,8 @@ RUNS_EXTRA = (
     Run("raw-heal-80", wrapper="raw", layout="docorder", heal=True, budget=80),
     Run("chat-heal", layout="docorder", heal=True),
     Run("gemma-chat", model="gemma3-270m", layout="docorder", heal=True),
+    # The server's default since issue 15: today's wrapper and layout, healed (view: /word).
+    Run("server-default", heal=True),
 )
 
 
