@@ -10,7 +10,7 @@ from pycrdt import Doc, Text
 from tether.collab.auth import OPEN_GRANT, Grant
 from tether.collab.hooks import Hooks
 from tether.collab.metrics import Metrics
-from tether.collab.outbox import Outbox
+from tether.collab.outbox import Outbox, SendBytes
 from tether.collab.peer import Peer
 from tether.collab.room import InvalidUpdate, Room
 from tether.collab.rooms import RoomManager
@@ -24,13 +24,23 @@ pytestmark = pytest.mark.anyio
 READONLY = Grant("r", "r", ("*",), "readonly", None)
 
 
+class ListOutbox(Outbox):
+    """An outbox whose frames land in a list as they are put (no socket, no drain task)."""
+
+    def __init__(self, frames: list[bytes], send: SendBytes) -> None:
+        super().__init__(send, max_frames=1000)
+        self.frames = frames
+
+    def put(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+
 class Capture:
     """An outbox whose frames land in a list, decoded."""
 
     def __init__(self) -> None:
         self.frames: list[bytes] = []
-        self.outbox = Outbox(self._send, max_frames=1000)
-        self.outbox.put = self.frames.append  # type: ignore[method-assign]
+        self.outbox = ListOutbox(self.frames, self._send)
 
     async def _send(self, frame: bytes) -> None:
         self.frames.append(frame)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pycrdt import Text
 
+from tests.collab.test_room import ListOutbox
 from tether.collab.auth import Authenticator, AuthError, make_token
 from tether.collab.hooks import Hooks
 from tether.collab.metrics import Metrics
-from tether.collab.outbox import Outbox
 from tether.collab.peer import Peer
 from tether.collab.room import Room
 from tether.collab.storage import MemoryStore
@@ -40,9 +40,7 @@ class Wire:
         self.to_client: list[bytes] = []
         self.peers: dict[str, Peer] = {}
         self.events: list[object] = []
-        outbox = Outbox(self._unused, 1000)
-        outbox.put = self.to_client.append  # type: ignore[method-assign]
-        self.outbox = outbox
+        self.outbox = ListOutbox(self.to_client, self._unused)
 
     async def _unused(self, frame: bytes) -> None:
         raise AssertionError("frames are collected, never sent")

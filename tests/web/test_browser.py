@@ -160,6 +160,9 @@ def test_a_ghost_suggestion_appears_and_tab_accepts_it_for_everyone(
     writer.keyboard.press("Tab")
     expected = "The boats came home and the gulls cried."
     expect(reader.locator(".cm-content")).to_contain_text(expected, timeout=15000)
+    # The accepted text is a server-side edit: it reaches the writer as it reaches the reader,
+    # by fan-out, not necessarily first.
+    expect(writer.locator(".cm-content")).to_contain_text(expected, timeout=15000)
     assert editor_text(writer) == editor_text(reader)
     writer.context.close()
     reader.context.close()
