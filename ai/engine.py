@@ -53,6 +53,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class AiSettings:
     default_max_tokens: int = 24
+    # Completions (not rewrites): how long (ai.stopping's rules) and whether the prompt is
+    # healed; the defaults are what tether bench quality found acceptable most often.
+    stop_rule: str = "word"
+    heal: bool = True
     coalesce_seconds: float = 0.05
     request_timeout: float = 60.0
     queue_limit: int = 8

@@ -133,6 +133,8 @@ def build_engine(
         AiMetrics(registry),
         AiSettings(
             default_max_tokens=settings.ai_max_tokens,
+            stop_rule=settings.ai_stop,
+            heal=settings.ai_heal == "on",
             coalesce_seconds=settings.ai_coalesce_ms / 1000,
             request_timeout=settings.ai_timeout,
             queue_limit=settings.ai_queue_limit,

@@ -22,7 +22,7 @@ from tether.protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionError, 
 
 from .cache import CacheQuery, SuggestionCache, embedding_text
 from .errors import AiError, BadRequest, ModelUnavailable
-from .generation import run_generation
+from .generation import run_generation, shaping
 from .metrics import AiMetrics
 from .prefetch import DutyCycle
 from .providers.base import GenerationRequest, Provider
@@ -148,6 +148,7 @@ class Flights:
                 metrics=self.metrics,
                 requested_at=None,  # TTFT is per request: see send_delta
                 path="ws",
+                **shaping(self.settings, flight.prompt.kind),
             )
         finally:
             if flight.prefetch_for is not None:

@@ -22,7 +22,7 @@ from tether.protocol.ai import (
 
 from .engine import AiEngine
 from .errors import AiError, BadRequest
-from .generation import run_generation
+from .generation import run_generation, shaping
 from .positions import utf16_to_index
 from .providers.base import Cancellation, GenerationRequest
 from .regions import RegionIndex
@@ -72,6 +72,7 @@ async def stream_http_suggestion(
                 metrics=engine.metrics,
                 requested_at=requested_at,
                 path=path,
+                **shaping(engine.settings, prompt.kind),
             ),
             INTERACTIVE,
             owner=owner,

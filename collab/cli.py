@@ -74,6 +74,8 @@ _HELP = {
     "ai_threads": "threads the local model uses",
     "ai_state_budget_mb": "memory for warm per-editor model states (LRU beyond it)",
     "ai_max_tokens": "default suggestion length in tokens",
+    "ai_stop": "completions stop after a 'word', 'phrase' (<=4 words), 'sentence', or 'tokens'",
+    "ai_heal": "'on': completion prompts end before the typed space, the model writes it; 'off'",
     "ai_cache_entries": "suggestions kept in the cache (0: no cache)",
     "ai_cache_mb": "memory bound of the suggestion cache, vectors included",
     "ai_cache_ttl": "seconds a cached suggestion stays servable",

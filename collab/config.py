@@ -103,6 +103,10 @@ class Settings:
     ai_threads: int = 1
     ai_state_budget_mb: int = 256
     ai_max_tokens: int = 24
+    # Completions stop after one word, from a prompt that ends before the typed space: what
+    # tether bench quality found acceptable 4x as often as 24 tokens (README, AI section).
+    ai_stop: str = "word"
+    ai_heal: str = "on"
     ai_cache_entries: int = 4096
     ai_cache_mb: float = 16.0
     ai_cache_ttl: float = 600.0
@@ -239,6 +243,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ai_provider": ("local", "openai", "scripted", "none"),
     "ai_quant": ("q4_0", "shipped"),
     "ai_semantic": ("on", "off"),
+    "ai_stop": ("word", "phrase", "sentence", "tokens"),
+    "ai_heal": ("on", "off"),
     "openai_api": ("chat", "completions"),
 }
 

@@ -24,7 +24,11 @@ SCRIPT = {"pieces": [" world", " again"], "delay": 0.0}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
-        tmp_path_factory.mktemp("client"), ai_provider="scripted", ai_script=json.dumps(SCRIPT)
+        tmp_path_factory.mktemp("client"),
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script=json.dumps(SCRIPT),
     ) as server:
         yield server
 

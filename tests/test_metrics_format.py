@@ -19,7 +19,9 @@ SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})? \S+$")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with ServerProcess(tmp_path_factory.mktemp("metrics"), ai_provider="scripted") as server:
+    with ServerProcess(
+        tmp_path_factory.mktemp("metrics"), ai_provider="scripted", ai_stop="tokens", ai_heal="off"
+    ) as server:
         yield server
 
 

@@ -33,7 +33,7 @@ from .ai_requests import (
     summarise,
     type_text,
 )
-from .launcher import PRODUCT_AI, ServerProcess
+from .launcher import ServerProcess, server_ai_settings
 
 TYPED = [
     "In the afternoon the wind turned to the west",
@@ -91,6 +91,15 @@ def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
         help="session plot; the repeated workload writes NAME-repeated.png beside it",
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--ai-stop",
+        default="word",
+        choices=("word", "phrase", "sentence", "tokens"),
+        help="the server's --ai-stop (default: the server's default, word)",
+    )
+    parser.add_argument(
+        "--ai-heal", default="on", choices=("on", "off"), help="the server's --ai-heal"
+    )
 
 
 async def _session(server: ServerProcess, way: str, args: argparse.Namespace) -> list[Sample]:
@@ -134,7 +143,8 @@ def run_ai_bench(args: argparse.Namespace) -> int:
 
 def _run_session_bench(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as data_dir:
-        with ServerProcess(Path(data_dir), ai_provider="local", **PRODUCT_AI) as server:
+        settings = server_ai_settings(args)
+        with ServerProcess(Path(data_dir), ai_provider="local", **settings) as server:
             server.wait_embedder()
             baseline = asyncio.run(_session(server, "baseline", args))
             tether = asyncio.run(_session(server, "tether", args))

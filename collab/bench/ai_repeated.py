@@ -35,7 +35,7 @@ from .ai_requests import (
     summarise,
     type_text,
 )
-from .launcher import PRODUCT_AI, ServerProcess
+from .launcher import ServerProcess, server_ai_settings
 
 REPEATED_ROUNDS = 8
 # Sentences the writer of the repeated workload adds, one per round: new text, so new requests.
@@ -368,7 +368,8 @@ def _round_ms(seconds: float | None) -> float | None:
 def run_repeated_bench(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as data_dir:
-        with ServerProcess(Path(data_dir), ai_provider="local", **PRODUCT_AI) as server:
+        settings = server_ai_settings(args)
+        with ServerProcess(Path(data_dir), ai_provider="local", **settings) as server:
             server.wait_embedder()
             writer, sampled, baseline = asyncio.run(_repeated(server, args))
     summary = _repeated_summary(writer, sampled, baseline)

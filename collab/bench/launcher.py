@@ -22,6 +22,15 @@ REPO = Path(__file__).resolve().parents[2]
 PRODUCT_AI: dict[str, object] = {"ai_semantic": "on", "ai_prefetch_ms": 200}
 
 
+def server_ai_settings(args: Any) -> dict[str, object]:
+    """The served product's AI settings, with the suggestion length asked for."""
+    return {
+        **PRODUCT_AI,
+        "ai_stop": getattr(args, "ai_stop", "word"),
+        "ai_heal": getattr(args, "ai_heal", "on"),
+    }
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

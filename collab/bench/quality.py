@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import json
 import random
-import re
 import statistics
 import sys
 import tempfile
@@ -37,6 +36,7 @@ from tether.ai.context import COMPLETE_PREFIX, STOP_COMPLETE, SYSTEM_COMPLETE, C
 from tether.ai.junk import KINDS as JUNK_KINDS
 from tether.ai.providers.base import Cancellation, GenerationRequest
 from tether.ai.regions import RegionIndex
+from tether.ai.stopping import heal_output, stop_at  # what the server applies, exactly
 
 from .quality_corpus import Case, load_cases
 from .quality_metrics import Score, bootstrap, paired_difference, score
@@ -79,6 +79,8 @@ RUNS_EXTRA = (
     Run("raw-heal-80", wrapper="raw", layout="docorder", heal=True, budget=80),
     Run("chat-heal", layout="docorder", heal=True),
     Run("gemma-chat", model="gemma3-270m", layout="docorder", heal=True),
+    # The server's default since issue 15: today's wrapper and layout, healed (view: /word).
+    Run("server-default", heal=True),
 )
 
 
@@ -224,16 +226,6 @@ def build_prompt(run: Run, case: Case) -> tuple[str, str]:
     return COMPLETE_PREFIX + body, leftover
 
 
-def heal_output(text: str, leftover: str) -> str:
-    """What the editor sees from a healed prompt's output: the model had to write the space
-    the editor already typed; if it did not (it went on with the word), there is nothing."""
-    if not leftover:
-        return text
-    if text.startswith(leftover):
-        return text[len(leftover) :]
-    return ""
-
-
 def _approximate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
@@ -295,26 +287,6 @@ async def _generate(provider: Any, run: Run, prompt: str, *, cold: bool) -> Gene
     ttft = times[0] - began if times else None
     tps = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else None
     return Generation("".join(pieces), ttft, tps, len(prompt))
-
-
-# ---- stopping rules ----------------------------------------------------------------------------
-
-
-def stop_at(text: str, rule: str) -> str:
-    """The suggestion a stopping rule leaves of ``text``: all of it, through the first
-    sentence's end, up to 4 words (or a clause mark), or one word."""
-    if rule == "full":
-        return text
-    if rule == "sentence":
-        match = re.search(r"[.!?](?=\s|$)", text)
-        return text[: match.end()] if match else text
-    if rule == "phrase":
-        match = re.match(r"\s*(?:[^\s,;:.!?]+[ \t]*){1,4}", text)
-        return match.group(0).rstrip() if match else text
-    if rule == "word":
-        match = re.match(r"\s*\S+?(?=[\s,;:.!?]|$)", text)
-        return match.group(0) if match else text
-    raise ValueError(rule)
 
 
 # ---- figures ----------------------------------------------------------------------------------

@@ -22,7 +22,11 @@ SCRIPT = '{"pieces": [" and", " the", " gulls", " cried."], "delay": 0.01}'
 @pytest.fixture(scope="module")
 def cache_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
-        Path(tmp_path_factory.mktemp("cache")), ai_provider="scripted", ai_script=SCRIPT
+        Path(tmp_path_factory.mktemp("cache")),
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script=SCRIPT,
     ) as proc:
         yield proc
 

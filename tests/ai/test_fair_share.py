@@ -33,7 +33,11 @@ CHANNELS = 9  # what the issue's flooder opened: more than --ai-queue-limit (8)
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
-        tmp_path_factory.mktemp("fair"), ai_provider="scripted", ai_script=json.dumps(SLOW)
+        tmp_path_factory.mktemp("fair"),
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script=json.dumps(SLOW),
     ) as proc:
         yield proc
 

@@ -58,6 +58,8 @@ def server(
     with ServerProcess(
         tmp_path_factory.mktemp("openai-e2e"),
         ai_provider="openai",
+        ai_stop="tokens",
+        ai_heal="off",
         openai_base_url=upstream.url,
         openai_model=MODEL,
         openai_api_key="sk-e2e",
@@ -246,6 +248,8 @@ async def test_an_unreachable_upstream_is_provider_unavailable(
     with ServerProcess(
         tmp_path_factory.mktemp("openai-down"),
         ai_provider="openai",
+        ai_stop="tokens",
+        ai_heal="off",
         openai_base_url=f"http://127.0.0.1:{port}",
         openai_model=MODEL,
         ai_timeout=AI_TIMEOUT,

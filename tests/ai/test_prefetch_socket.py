@@ -26,6 +26,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
         Path(tmp_path_factory.mktemp("prefetch")),
         ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
         ai_script=SCRIPT,
         ai_prefetch_ms=200,
     ) as proc:
@@ -164,6 +166,8 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     with ServerProcess(
         Path(tmp_path_factory.mktemp("prefetch-local")),
         ai_provider="local",
+        ai_stop="tokens",
+        ai_heal="off",
         ai_max_tokens=6,
         ai_prefetch_ms=200,
     ) as proc:

@@ -26,7 +26,13 @@ FIXED = TYPO.replace("reprot", "report")
 
 def semantic_server(path: Path, **settings: object) -> ServerProcess:
     return ServerProcess(
-        path, ai_provider="scripted", ai_script=SCRIPT, ai_semantic="on", **settings
+        path,
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script=SCRIPT,
+        ai_semantic="on",
+        **settings,
     )
 
 

@@ -47,14 +47,26 @@ def _server(tmp: pytest.TempPathFactory, label: str, **settings: object) -> Iter
 
 @pytest.fixture(scope="module")
 def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    with _server(tmp_path_factory, "local", ai_provider="local", ai_max_tokens=6) as proc:
+    with _server(
+        tmp_path_factory,
+        "local",
+        ai_provider="local",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_max_tokens=6,
+    ) as proc:
         yield proc
 
 
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with _server(
-        tmp_path_factory, "scripted", ai_provider="scripted", ai_script=json.dumps(SLOW)
+        tmp_path_factory,
+        "scripted",
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script=json.dumps(SLOW),
     ) as proc:
         yield proc
 
@@ -67,6 +79,8 @@ def narrow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         tmp_path_factory,
         "narrow",
         ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
         ai_script=json.dumps(script),
         ai_queue_limit=1,
     ) as proc:
@@ -76,7 +90,12 @@ def narrow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with _server(
-        tmp_path_factory, "failing", ai_provider="scripted", ai_script='{"fail": "boom"}'
+        tmp_path_factory,
+        "failing",
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script='{"fail": "boom"}',
     ) as proc:
         yield proc
 
@@ -88,7 +107,12 @@ FAST_PIECES = [chr(ord("a") + i % 26) for i in range(40)]
 def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     script = {"pieces": FAST_PIECES, "delay": 0.005}
     with _server(
-        tmp_path_factory, "fast", ai_provider="scripted", ai_script=json.dumps(script)
+        tmp_path_factory,
+        "fast",
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script=json.dumps(script),
     ) as proc:
         yield proc
 

@@ -57,14 +57,18 @@ def stored_text(data_dir: Path, name: str) -> str:
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[ServerProcess]:
-    with ServerProcess(tmp_path, ai_provider="local", ai_max_tokens=8) as server:
+    with ServerProcess(
+        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_max_tokens=8
+    ) as server:
         yield server
 
 
 def start_faulty(tmp_path: Path, fault: str, **settings: object) -> ServerProcess:
     os.environ["TETHER_AI_FAULT"] = fault
     try:
-        return ServerProcess(tmp_path, ai_provider="local", **settings).start()
+        return ServerProcess(
+            tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", **settings
+        ).start()
     finally:
         del os.environ["TETHER_AI_FAULT"]
 

@@ -42,7 +42,13 @@ SCRIPT = '{"pieces": [" and", " the", " gulls", " cried."], "delay": 0.02}'
 
 @pytest.fixture(scope="module")
 def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("web"), ai_provider="scripted", ai_script=SCRIPT)
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("web"),
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_script=SCRIPT,
+    )
     with proc:
         yield proc
 
@@ -213,7 +219,9 @@ def test_ai_buttons_grey_out_with_the_reason_while_sync_goes_on(
     """A model worker that cannot pass its self-test (a build that faults on this CPU): the
     editor says so on its AI buttons, and editing and sync are untouched."""
     monkeypatch.setenv("TETHER_AI_FAULT", "selftest-crash")
-    with ServerProcess(tmp_path, ai_provider="local", ai_semantic="off") as server:
+    with ServerProcess(
+        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_semantic="off"
+    ) as server:
         assert server.wait_ai()["state"] == "degraded"
         token = server.token(["web-*"])
         first = open_page(browser, server, "web-degraded", token)
@@ -244,7 +252,9 @@ def test_a_worker_crash_mid_suggestion_greys_the_ai_buttons_until_ai_is_back(
     browser: Browser, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("TETHER_AI_FAULT", "crash-after-tokens:1")
-    with ServerProcess(tmp_path, ai_provider="local", ai_semantic="off") as server:
+    with ServerProcess(
+        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_semantic="off"
+    ) as server:
         page = open_page(browser, server, "web-crash", server.token(["web-*"]))
         expect(page.locator("body")).to_have_attribute("data-ai", "ready", timeout=10000)
         suggest = page.locator("#tether-suggest")
