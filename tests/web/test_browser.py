@@ -47,6 +47,7 @@ def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=SCRIPT,
     )
     with proc:
@@ -220,7 +221,12 @@ def test_ai_buttons_grey_out_with_the_reason_while_sync_goes_on(
     editor says so on its AI buttons, and editing and sync are untouched."""
     monkeypatch.setenv("TETHER_AI_FAULT", "selftest-crash")
     with ServerProcess(
-        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_semantic="off"
+        tmp_path,
+        ai_provider="local",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
+        ai_semantic="off",
     ) as server:
         assert server.wait_ai()["state"] == "degraded"
         token = server.token(["web-*"])
@@ -253,7 +259,12 @@ def test_a_worker_crash_mid_suggestion_greys_the_ai_buttons_until_ai_is_back(
 ) -> None:
     monkeypatch.setenv("TETHER_AI_FAULT", "crash-after-tokens:1")
     with ServerProcess(
-        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_semantic="off"
+        tmp_path,
+        ai_provider="local",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
+        ai_semantic="off",
     ) as server:
         page = open_page(browser, server, "web-crash", server.token(["web-*"]))
         expect(page.locator("body")).to_have_attribute("data-ai", "ready", timeout=10000)
