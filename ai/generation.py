@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ProviderTimeout
-from .junk import JunkScreen, screen, screened
+from .junk import JunkScreen, screened
+from .junk import screen as screen_whole
 from .metrics import AiMetrics
 from .providers.base import Cancellation, GenerationRequest, Provider
 from .stopping import TOKENS, heal_prompt, shape
@@ -104,7 +105,7 @@ def rescreen(settings: AiSettings, prompt: BuiltPrompt, text: str) -> tuple[str,
     that ends it (None: clean, or the filter is off)."""
     if prompt.kind != "complete" or not settings.junk_filter:
         return text, None
-    return screen(text, prompt.before, settings.stop_rule)
+    return screen_whole(text, prompt.before, settings.stop_rule)
 
 
 def shaping(settings: AiSettings, kind: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ bench and the server cannot disagree. Knows nothing of models or sockets.
 
 from __future__ import annotations
 
+import collections
 import re
 import unicodedata
 from collections.abc import AsyncIterator
@@ -34,6 +35,7 @@ _ECHO_CHARS = 400
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _WORD_START = re.compile(r"(?<!\w)\w", re.UNICODE)
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
 _CHAT = re.compile(
     r"^\s*((sure|certainly|of course|absolutely|okay)\s*[!,.]|as an ai\b|i'm sorry\b|"
     r"i am sorry\b|i'd be happy\b|i would be happy\b|happy to help\b|great question\b|"
@@ -50,14 +52,53 @@ def words(text: str) -> list[str]:
 
 
 class Before:
-    """The text before the cursor as the rules read it, worked out once per request (the
-    script rule's scan of 2,000 characters is the costly part)."""
+    """The text before the cursor as the rules read it: each part worked out once per
+    request, and only when a rule asks (a one-word suggestion needs the last word and, for
+    non-ASCII text, the scripts; runs of words only longer suggestions need)."""
 
-    __slots__ = ("scripts", "words")
+    __slots__ = ("_grams", "_last", "_scripts", "_text", "_words")
 
     def __init__(self, before: str) -> None:
-        self.words = words(before[-_ECHO_CHARS:])
-        self.scripts = _scripts(before[-BEFORE_CHARS:])
+        self._text = before[-BEFORE_CHARS:]
+        self._words: list[str] | None = None
+        self._last: str | None = None
+        self._grams: dict[int, set[tuple[str, ...]]] = {}
+        self._scripts: set[str] | None = None
+
+    @property
+    def words(self) -> list[str]:
+        if self._words is None:
+            self._words = words(self._text[-_ECHO_CHARS:])
+        return self._words
+
+    @property
+    def last_word(self) -> str:
+        """``words[-1]`` ("" if none), found from the end without splitting the rest."""
+        if self._last is None:
+            tail = self._text[-_ECHO_CHARS:]
+            start = max(0, len(tail) - 80)
+            found = collections.deque(_WORD.finditer(tail, start), maxlen=1)
+            if found and found[0].start() > start:
+                self._last = found[0].group().casefold()
+            else:  # no word near the end, or one that may begin further back
+                self._last = self.words[-1] if self.words else ""
+        return self._last
+
+    def grams(self, run: int) -> set[tuple[str, ...]]:
+        """Every run of ``run`` consecutive words."""
+        grams = self._grams.get(run)
+        if grams is None:
+            said = self.words
+            grams = self._grams[run] = {
+                tuple(said[i : i + run]) for i in range(len(said) - run + 1)
+            }
+        return grams
+
+    @property
+    def scripts(self) -> set[str]:
+        if self._scripts is None:
+            self._scripts = _scripts(self._text)
+        return self._scripts
 
 
 def junk_kind(suggestion: str, before: str | Before) -> str | None:
@@ -70,7 +111,7 @@ def junk_kind(suggestion: str, before: str | Before) -> str | None:
         return CHAT
     if _is_loop(said):
         return LOOP
-    if _is_echo(said, context.words):
+    if _is_echo(said, context):
         return ECHO
     if _foreign_script(suggestion, context.scripts):
         return LANGUAGE
@@ -90,17 +131,18 @@ def _is_loop(said: list[str]) -> bool:
     return False
 
 
-def _is_echo(said: list[str], before: list[str]) -> bool:
+def _is_echo(said: list[str], before: Before) -> bool:
     """The suggestion restarts with the word just typed ("the" after "...of the "), or copies
     a run of 4 or more words (all of it, if shorter) that the text before already has."""
-    if not before:
+    last = before.last_word
+    if not last:
         return False
-    if said[0] == before[-1] and len(said[0]) > 1:
+    if said[0] == last and len(said[0]) > 1:
         return True
     run = min(4, len(said))
     if run < 2:
         return False
-    grams = {tuple(before[i : i + run]) for i in range(len(before) - run + 1)}
+    grams = before.grams(run)
     return any(tuple(said[i : i + run]) in grams for i in range(len(said) - run + 1))
 
 
@@ -110,14 +152,16 @@ def _script(ch: str) -> str:
 
 
 def _scripts(text: str) -> set[str]:
+    if text.isascii():  # the common case, without a name lookup per character
+        return {"LATIN"} if _ASCII_LETTER.search(text) else set()
     return {_script(ch) for ch in set(text) if ch.isalpha()}
 
 
 def _foreign_script(suggestion: str, known: set[str]) -> bool:
     """Letters of a script (LATIN, CYRILLIC, CJK, ...) the document's recent text never uses,
     making up a third of the suggestion's letters."""
-    if not known:
-        return False
+    if not known or (suggestion.isascii() and "LATIN" in known):
+        return False  # ASCII letters are all LATIN
     letters = [ch for ch in suggestion if ch.isalpha()]
     if not letters:
         return False

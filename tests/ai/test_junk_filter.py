@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import unicodedata
 
 import pytest
 
@@ -21,6 +22,7 @@ from tether.ai.junk import (
     junk_kind,
     screen,
     screened,
+    words,
 )
 from tether.ai.stopping import PHRASE, SENTENCE, STOP_RULES, TOKENS, WORD
 from tether.protocol.ai import END_REASONS, JUNK_KINDS, JUNK_PREFIX, SuggestionEnd
@@ -194,6 +196,21 @@ def test_the_text_before_is_read_once_and_gives_the_same_verdicts() -> None:
     before = Before(BEFORE)
     for text in CASES:
         assert junk_kind(text, before) == junk_kind(text, BEFORE)
+
+
+def test_what_is_read_of_the_text_before_is_what_the_plain_rules_read() -> None:
+    """``Before`` finds the last word from the end and the scripts with an ASCII shortcut; both
+    must agree with splitting the whole text and naming every letter."""
+    rng = random.Random("before")
+    pieces = ["the", "lamp", " ", "  ", ", ", ".\n", "é", "море", "海", "x" * 90, "-", "😀"]
+    for _ in range(400):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 60)))
+        before = Before(text)
+        plain = words(text[-400:])
+        assert before.last_word == (plain[-1] if plain else ""), text
+        assert before.grams(2) == {tuple(plain[i : i + 2]) for i in range(len(plain) - 1)}
+        named = {unicodedata.name(ch).split(" ")[0] for ch in text[-2000:] if ch.isalpha()}
+        assert before.scripts == named, text
 
 
 def test_the_script_rule_reads_only_the_last_2000_characters_before() -> None:
