@@ -33,6 +33,7 @@ from tether.collab.bench.quality_drive import (
 )
 from tether.collab.bench.quality_drive import (
     build_prompt,
+    covers,
     decided,
     drive_openai,
     every_nth,
@@ -201,6 +202,7 @@ def test_default_runs_share_the_reference_prompt_or_take_the_subset() -> None:
         # A run with a prompt of its own costs a whole evaluation per case: only the subset.
         assert run.subset != same_prompt, run
         assert (run.ttft_group == REFERENCE.ttft_group) == same_prompt
+    assert all(run.subset and run.cap == "full" for run in RUNS_OPENAI)
 
 
 ALPHABET = ["a", "b", "e.g", " ", "  ", ",", ".", "!", "\n", "x y", "é", " the", ". ", "?\n"]
@@ -227,6 +229,7 @@ def test_stopping_a_generation_when_its_cap_decided_changes_no_view(cap: str) ->
                 heal_output(whole, leftover), rule
             ), (pieces, leftover, rule)
     assert not decided(" a b c d e f. g", " ", "full")  # full: only the token limit stops
+    assert covers("full", "word") and covers("phrase", "phrase") and not covers("word", "phrase")
 
 
 def test_case_choice_is_stable_when_packages_come_and_go() -> None:
@@ -289,6 +292,22 @@ def test_an_upstream_that_refuses_is_skipped_with_its_reason() -> None:
     assert results == {} and "503" in skipped["c"]
 
 
+def test_upstream_addresses_are_checked_and_shown_without_credentials() -> None:
+    from tether.collab.bench.quality import _choose_runs, _upstream_address
+
+    shown = _upstream_address("http://user:secret@127.0.0.1:8000/v1?key=k")
+    assert shown == "http://127.0.0.1:8000/v1"
+    for bad in ("ftp://127.0.0.1/v1", "127.0.0.1:8000", "http://"):
+        with pytest.raises(SystemExit, match="openai-url"):
+            _upstream_address(bad)
+    with pytest.raises(SystemExit, match="need --openai-url"):
+        _choose_runs("server-default,openai-chat", upstream=False)
+    assert [r.name for r in _choose_runs("default", upstream=True)][-2:] == [
+        "openai-chat",
+        "openai-completions",
+    ]
+
+
 def test_bench_quality_small_runs_end_to_end(tmp_path: Path) -> None:
     """The real command on the real model: the reference, a run reusing its prompt and one
     with a prompt of its own (the subset), on the small case set."""
@@ -334,6 +353,8 @@ def test_bench_quality_through_a_real_openai_compatible_server(tmp_path: Path) -
             server.url,
             "--openai-model",
             "smollm2-q4_0",
+            "--subset-every",
+            "1",  # every case for the upstream runs too
         )
     assert report["openai"] == {"url": server.url, "model": "smollm2-q4_0"}
     assert report["skipped"] == {}

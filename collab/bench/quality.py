@@ -98,20 +98,24 @@ RUNS_EXTRA = (
     Run("q4_1", model="smollm2-q4_1", subset=True),
     Run("gemma-chat", model="gemma3-270m", layout="docorder", subset=True),
 )
-# The server's prompt and request through its OpenAIProvider, on either API. The last one
-# asks the upstream for no repeat penalty (llama.cpp servers apply 1.1 by default; tether
-# serve sends none): it tells the upstream's sampling defaults apart from the wire.
+# The server's prompt and request through its OpenAIProvider, on either API (`--runs all` adds
+# the extras: the chat API unhealed, and the completions API asking the upstream for no repeat
+# penalty, which llama.cpp servers apply at 1.1 by default and tether serve does not send: it
+# tells the upstream's sampling defaults apart from the wire).
 RUNS_OPENAI = (
-    Run("openai-chat", provider="openai", api="chat", cap="full"),
-    Run("openai-completions", provider="openai", api="completions", cap="full"),
+    Run("openai-chat", provider="openai", api="chat", cap="full", subset=True),
+    Run("openai-completions", provider="openai", api="completions", cap="full", subset=True),
 )
 RUNS_OPENAI_EXTRA = (
+    # A chat upstream that answers in a new turn never writes the healed space first.
+    Run("openai-chat-no-heal", provider="openai", api="chat", heal=False, cap="full", subset=True),
     Run(
         "openai-completions-rp1",
         provider="openai",
         api="completions",
         cap="full",
         extra=(("repeat_penalty", 1.0),),
+        subset=True,
     ),
 )
 
@@ -151,6 +155,7 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_quality_bench(args: argparse.Namespace) -> int:
     runs = _choose_runs(args.runs, bool(args.openai_url))
+    where = _upstream_address(args.openai_url) if args.openai_url else ""
     began, cpu_began = time.perf_counter(), _cpu_seconds()
     cases = choose_cases(args.cases)
     timing: dict[str, Any] = {"corpus_s": round(time.perf_counter() - began, 1)}
@@ -170,7 +175,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     report["skipped"] = skipped
     report["runs"] = {run.name: asdict(run) for run in runs}
     if args.openai_url:
-        report["openai"] = {"url": args.openai_url, "model": args.openai_model}
+        report["openai"] = {"url": where, "model": args.openai_model}
     (out / "quality.json").write_text(json.dumps(report, indent=1))
     print_table(report, scored)
     plot(report, scored, out / "quality.png")
@@ -218,11 +223,33 @@ def _drive(
         upstream = Upstream(
             args.openai_url, args.openai_model, os.environ.get(API_KEY_VARIABLE, "")
         )
-        found, missing = asyncio.run(drive_openai(upstream, remote, cases, progress=_print))
+        found, missing = asyncio.run(
+            drive_openai(
+                upstream,
+                remote,
+                cases,
+                subset=every_nth(cases, args.subset_every),
+                progress=_print,
+            )
+        )
         results.update(found)
         skipped.update(missing)
         timing["openai"] = _spent(began, cpu)
     return results, skipped
+
+
+def _upstream_address(url: str) -> str:
+    """The upstream's URL as the report shows it (no credentials); a clear error if it is not
+    an http(s) URL."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise SystemExit(f"--openai-url {url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise SystemExit("--openai-url must be an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None))
 
 
 def _choose_runs(spec: str, upstream: bool) -> list[Run]:

@@ -18,7 +18,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +108,12 @@ def every_nth(cases: list[Case], every: int) -> set[str]:
 # ---- one generation ---------------------------------------------------------------------------
 
 
+def covers(longer: str, cap: str) -> bool:
+    """Whether text generated up to rule ``longer`` decided rule ``cap`` too."""
+    order = ("full", "sentence", "phrase", "word")
+    return order.index(longer) <= order.index(cap)
+
+
 def decided(raw: str, leftover: str, cap: str) -> bool:
     """Whether more text cannot change what the editor sees under stopping rule ``cap`` (or
     any shorter one): the healed space was not written (nothing is shown), or the rule has
@@ -176,16 +182,25 @@ async def drive_local(
             mine = [run for run in runs if not run.subset or case.ident in subset]
             prompts = {run.name: build_prompt(run, case) for run in mine}
             measured: set[tuple[Any, ...]] = set()
+            made: dict[tuple[Any, ...], tuple[Generation, str]] = {}
             # Shared prefixes adjacent; chat prompts last, so the next case's first one finds
             # the fixed chat prefix still evaluated.
             for run in sorted(mine, key=lambda r: (r.wrapper == "chat", prompts[r.name][0])):
                 prompt, leftover = prompts[run.name]
                 sample = timed_in_subset if run.subset else timed
                 cold = case.ident in sample and run.ttft_group not in measured
+                same = (prompt, leftover, run.temperature, run.repeat_penalty)
+                earlier = made.get(same)
+                if earlier is not None and not cold and covers(earlier[1], run.cap):
+                    # The same prompt and sampling (a smaller context that fit whole): the same
+                    # text again (greedy or seeded), so the model is not asked twice.
+                    results[run.name][case.ident] = replace(earlier[0], ttft_kind="warm")
+                    continue
                 generation = await generate(provider, run, prompt, leftover, cold=cold)
                 if cold:
                     measured.add(run.ttft_group)
                     generation.ttft_kind = "cold"
+                made[same] = (generation, run.cap)
                 results[run.name][case.ident] = generation
             _report(progress, path.name, number, len(cases), began)
     return results
@@ -203,11 +218,17 @@ class Upstream:
 
 
 async def drive_openai(
-    upstream: Upstream, runs: list[Run], cases: list[Case], *, progress: Progress
+    upstream: Upstream,
+    runs: list[Run],
+    cases: list[Case],
+    *,
+    subset: set[str] | None = None,
+    progress: Progress,
 ) -> tuple[dict[str, dict[str, Generation]], dict[str, str]]:
-    """Every run on every case through the server's ``OpenAIProvider``; one run after another,
-    so the upstream's own prompt cache sees what a server's requests would (its fixed prefix
-    warm, each case's document new). Returns (results, runs skipped with the reason)."""
+    """Every run on its cases (``Run.subset``: those in ``subset``) through the server's
+    ``OpenAIProvider``; one run after another, so the upstream's own prompt cache sees what a
+    server's requests would (its fixed prefix warm, each case's document new). Returns
+    (results, runs skipped with the reason)."""
     from tether.ai.providers.openai import OpenAIProvider
 
     results: dict[str, dict[str, Generation]] = {}
@@ -223,8 +244,9 @@ async def drive_openai(
         )
         mine: dict[str, Generation] = {}
         began = time.perf_counter()
+        mine_cases = [c for c in cases if not run.subset or subset is None or c.ident in subset]
         async with provider:
-            for number, case in enumerate(cases, 1):
+            for number, case in enumerate(mine_cases, 1):
                 prompt, leftover = build_prompt(run, case)
                 try:
                     generation = await generate(provider, run, prompt, leftover)
@@ -238,7 +260,7 @@ async def drive_openai(
                     generation = Generation("", None, None, len(prompt), error=str(exc))
                 generation.ttft_kind = "wire"
                 mine[case.ident] = generation
-                _report(progress, run.name, number, len(cases), began)
+                _report(progress, run.name, number, len(mine_cases), began)
         if run.name not in skipped:
             results[run.name] = mine
     return results, skipped

@@ -98,7 +98,8 @@ def _view_figures(
             if case.split != split or case.ident not in mine:
                 continue
             gen = mine[case.ident]
-            scored = score(stop_at(gen.shown, stop), case.truth, case.text)
+            suggestion = stop_at(gen.shown, stop)
+            scored = score(suggestion, case.truth, case.text)
             scored = _filtered(scored, case) if filtered else scored
             scores.append(scored)
             gens.append(gen)
