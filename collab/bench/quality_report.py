@@ -60,6 +60,10 @@ def summarize(
                 both = [ident for ident in mine if ident in theirs]
                 low_high = paired_difference([mine[i] for i in both], [theirs[i] for i in both])
                 figures[split]["acceptable_vs_reference"] = _ci(low_high)
+                # The reference on the same cases (a subset run has a quarter of them).
+                figures[split]["reference_same_cases"] = (
+                    round(sum(theirs[i] for i in both) / len(both), 3) if both else None
+                )
     return {
         "cases": {
             "dev": sum(c.split == "dev" for c in cases),
