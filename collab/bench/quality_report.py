@@ -129,29 +129,27 @@ def _view_figures(
 def _ttfts(
     runs: list[Run], cases: list[Case], results: dict[str, dict[str, Generation]]
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per run and split: median and p90 TTFT over the generations that measured it: cold ones
-    of any run with the same prompt shape (``Run.ttft_group``) for the embedded model, every
-    request for an upstream (``wire``)."""
-    pools: dict[Any, dict[str, list[float]]] = {}
+    """Per run: median and p90 TTFT over the generations that measured it, both splits pooled
+    (time does not depend on the split): the cold ones of every run with the same prompt shape
+    (``Run.ttft_group``) for the embedded model, on the same cases for every run; every request
+    for an upstream (``wire``)."""
+    pools: dict[Any, list[float]] = {}
     for run in runs:
-        pool = pools.setdefault(run.ttft_group, {split: [] for split in SPLITS})
+        pool = pools.setdefault(run.ttft_group, [])
         for case in cases:
             gen = results[run.name].get(case.ident)
-            if gen is None:
-                continue
-            if gen.ttft is not None and gen.ttft_kind in ("cold", "wire"):
-                pool[case.split].append(gen.ttft)
+            if gen is not None and gen.ttft is not None and gen.ttft_kind in ("cold", "wire"):
+                pool.append(gen.ttft)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for run in runs:
-        out[run.name] = {}
-        for split in SPLITS:
-            values = pools[run.ttft_group][split]
-            out[run.name][split] = {
-                "ttft_kind": "wire" if run.provider == "openai" else "cold",
-                "ttft_n": len(values),
-                "ttft_ms_median": round(statistics.median(values) * 1000, 1) if values else None,
-                "ttft_ms_p90": round(_quantile(values, 0.9) * 1000, 1) if values else None,
-            }
+        values = pools[run.ttft_group]
+        figures = {
+            "ttft_kind": "wire" if run.provider == "openai" else "cold",
+            "ttft_n": len(values),
+            "ttft_ms_median": round(statistics.median(values) * 1000, 1) if values else None,
+            "ttft_ms_p90": round(_quantile(values, 0.9) * 1000, 1) if values else None,
+        }
+        out[run.name] = {split: figures for split in SPLITS}
     return out
 
 
