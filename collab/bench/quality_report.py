@@ -73,6 +73,13 @@ def summarize(
         "reference": reference,
         "acceptability_rule": ACCEPTABILITY_RULE,
         "configs": configs,
+        # Each one-word view's acceptability per case (1/0), so reports of separate runs on
+        # the same cases (another upstream, say) can be compared case by case.
+        "per_case": {
+            name: {**values["dev"], **values["heldout"]}
+            for name, values in per_case.items()
+            if name.endswith("/word")
+        },
         "examples": _examples(runs, cases, results),
     }
 
