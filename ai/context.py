@@ -61,9 +61,21 @@ class ContextMemo:
     count: int = -1
     built_at: float = 0.0
     order: tuple[bytes, ...] = ()  # the context's paragraphs (region keys), in prompt order
+    # Which of the editor's warm model states holds this context: a refresh built in the
+    # background gets its own (epoch + 1), so the live one stays warm until it is ready.
+    epoch: int = 0
 
     def usable(self, here: int, count: int, now: float, ttl: float) -> bool:
         return self.here == here and self.count == count and now - self.built_at <= ttl
+
+    def refreshes(self, older: ContextMemo) -> bool:
+        """This memo is ``older`` rebuilt for its age alone: same cursor paragraph, new
+        context, which a request would not have rebuilt yet."""
+        return (
+            older.built_at > 0
+            and self.built_at != older.built_at
+            and (self.here, self.count) == (older.here, older.count)
+        )
 
     def remember(
         self,
@@ -91,10 +103,13 @@ class ContextBuilder:
         *,
         budget_tokens: int = 700,
         memo_ttl: float = 20.0,
+        memo_max_age: float | None = None,
     ) -> None:
         self.count_tokens = count_tokens
         self.budget_tokens = budget_tokens
         self.memo_ttl = memo_ttl
+        # How stale a request may find the context when no prefetch has refreshed it.
+        self.memo_max_age = 3 * memo_ttl if memo_max_age is None else memo_max_age
         self.prefix_tokens = count_tokens(COMPLETE_PREFIX)  # the fixed part, counted once
 
     def complete(
@@ -103,11 +118,17 @@ class ContextBuilder:
         text: str,
         cursor: int,
         memo: ContextMemo | None = None,
+        *,
+        refresh: bool = True,
     ) -> BuiltPrompt:
         """The prompt for a completion at ``cursor``. With a ``memo`` (one per editor), the
-        paragraphs around the cursor's are reused as they were for up to ``memo_ttl`` seconds
-        while the cursor stays in the same paragraph, so other editors' typing elsewhere does
-        not invalidate the model's warm prefix on every request."""
+        paragraphs around the cursor's are reused as they were while the cursor stays in the
+        same paragraph, so other editors' typing elsewhere does not invalidate the model's warm
+        prefix on every request: for ``memo_ttl`` seconds, or with ``refresh=False`` (a request
+        while prefetch refreshes the context in the background, when the editor pauses) for
+        up to ``memo_max_age``. Rebuilding costs the model every token after the first changed
+        paragraph, the cursor's own included. When the cursor moves on to a new paragraph
+        right after its own, the finished one is appended to the reused context."""
         parts = regions.refresh(text)
         window_text = text[max(0, cursor - 200) : cursor]
         if not parts:
@@ -115,7 +136,10 @@ class ContextBuilder:
         here = regions.region_at(max(cursor - 1, 0))
         window = text[parts[here].start : cursor]  # the cursor's paragraph: always fresh, last
         now = time.monotonic()
-        if memo is not None and memo.usable(here, len(parts), now, self.memo_ttl):
+        limit = self.memo_ttl if refresh else self.memo_max_age
+        if memo is not None and memo.usable(here, len(parts), now, limit):
+            context, used = memo.context, memo.tokens
+        elif memo is not None and self._extend(memo, parts, here, now, limit):
             context, used = memo.context, memo.tokens
         else:
             previous = memo.order if memo is not None else ()
@@ -127,6 +151,26 @@ class ContextBuilder:
         tokens = self.prefix_tokens + used + parts[here].tokens
         prompt = COMPLETE_PREFIX + context + window
         return BuiltPrompt(prompt, "complete", window_text, STOP_COMPLETE, tokens)
+
+    def _extend(
+        self, memo: ContextMemo, parts: list[Region], here: int, now: float, limit: float
+    ) -> bool:
+        """The cursor went on into a new paragraph right after the memo's cursor paragraph
+        (the editor pressed Enter and writes on): append that finished paragraph to the memo's
+        context. The model has evaluated it already, as the last prompt's end, so only the new
+        paragraph is new to it. False when that is not the case or it would not fit."""
+        if not memo.usable(here - 1, len(parts) - 1, now, limit):
+            return False
+        finished = parts[here - 1]
+        if finished.key in memo.order:  # a paragraph inserted above shifted the indexes
+            return False
+        used = memo.tokens + finished.tokens
+        if used + parts[here].tokens > self.budget_tokens:
+            return False
+        memo.context += finished.text
+        memo.tokens, memo.here, memo.count = used, here, len(parts)
+        memo.order += (finished.key,)
+        return True
 
     def _context(
         self, parts: list[Region], here: int, now: float, previous: tuple[bytes, ...] = ()

@@ -49,6 +49,12 @@ def owner_of(peer: Peer) -> object:
     return peer.outbox
 
 
+def session_of(room: Room, peer: Peer, epoch: int = 0) -> str:
+    """The provider's warm-state key for an editor's completions in a document: one per
+    (document, editor, context epoch; see ``ContextMemo.epoch``)."""
+    return f"{room.name}\0{peer.peer_id}\0{epoch}"
+
+
 def subject_of(peer: Peer) -> str | None:
     """The scheduler's subject key: the token's ``sub``; None without tokens (--auth none
     gives everyone the same anonymous grant, which must not be one shared quota)."""
@@ -103,6 +109,14 @@ class Flights:
         if prompt.kind != "complete" or not prompt.window.strip():
             return None
         return embedding_text(prompt.window)
+
+    def semantic_possible(self, query: CacheQuery, embed_text: str | None) -> bool:
+        """Whether embedding ``embed_text`` (``query``'s context) could find a semantic hit."""
+        return (
+            embed_text is not None
+            and self.cache is not None
+            and self.cache.semantic_possible(query)
+        )
 
     # ---- running ----------------------------------------------------------------------------
 
