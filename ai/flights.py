@@ -139,6 +139,8 @@ class Flights:
             session=flight.session,
             max_tokens=flight.max_tokens,
             stop=flight.prompt.stop,
+            # A prefetch nobody waits for yet gives the model up sooner to a request.
+            background=flight.prefetch_for is not None and not flight.served,
         )
 
         def emit(piece: str) -> None:

@@ -108,6 +108,7 @@ class Refresher:
             session=session_of(room, peer, fresh.epoch),
             max_tokens=1,  # the prompt's evaluation is the point; one token ends it
             stop=prompt.stop,
+            background=True,
         )
 
         async def evaluate() -> None:
