@@ -146,10 +146,13 @@ class Flights:
         def emit(piece: str) -> None:
             if flight.finished:
                 return
+            first = not flight.text
             flight.text += piece
             for suggestion in flight.subscribers:
                 if not suggestion.finished:
                     self.send_delta(suggestion, piece)
+            if first:
+                self._embed_context(flight)
 
         loop = asyncio.get_running_loop()
         began = loop.time()
@@ -194,6 +197,14 @@ class Flights:
         entry = self.cache.put(flight.query, flight.text, vector, prefetched=not flight.served)
         if entry is not None and vector is None and flight.embed_text is not None:
             self.embed_later(flight.embed_text, entry)
+
+    def _embed_context(self, flight: Flight) -> None:
+        """The flight's first text is out: embed its context now, so the entry it is about to
+        become has its vector by the time the editor's next request (a fixed typo) may need
+        it. Not before: its requests' first token must not wait for the CPU this takes."""
+        text = flight.embed_text
+        if text is not None and self.embedder is not None and self.embedder.cached(text) is None:
+            self.embed_later(text, None)
 
     def _landed(self, flight: Flight, job: asyncio.Future[Any]) -> None:
         """The scheduler is done with ``flight``'s job: ran, failed, or cancelled (by us, or
