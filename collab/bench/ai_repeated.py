@@ -209,7 +209,10 @@ class _Reviser:
         reply = await _reply(self.doc, last.request_id, ("suggestion.accepted", "suggestion.error"))
         if reply.get("type") != "suggestion.accepted":
             return False
-        text = await self.doc.wait_text(lambda t: t.endswith(inserted))
+        try:
+            text = await self.doc.wait_text(lambda t: t.endswith(inserted), timeout=30)
+        except TimeoutError:
+            return False  # not seen at the end (placed elsewhere, or a very loaded machine)
         self.doc.delete(len(text) - len(inserted), len(inserted))  # the editor's undo
         await self.ask(round_, "accept_undo")
         return True
