@@ -104,6 +104,7 @@ class ContextBuilder:
         budget_tokens: int = 700,
         memo_ttl: float = 20.0,
         memo_max_age: float | None = None,
+        fill: float = 0.6,
     ) -> None:
         self.count_tokens = count_tokens
         self.budget_tokens = budget_tokens
@@ -111,6 +112,13 @@ class ContextBuilder:
         # How stale a request may find the context when no prefetch has refreshed it.
         self.memo_max_age = 3 * memo_ttl if memo_max_age is None else memo_max_age
         self.prefix_tokens = count_tokens(COMPLETE_PREFIX)  # the fixed part, counted once
+        # An editor's rebuilt context (with a memo; one prompt alone gets the whole budget)
+        # takes this share of the budget, and new paragraphs are appended up to all of it.
+        # Filled to the brim, every new paragraph past the budget would push the oldest out,
+        # changing the prompt right after the fixed prefix: all of it evaluated again, every
+        # paragraph. So a document longer than the budget is rebuilt once per ~40% of the
+        # budget written instead.
+        self.fill = fill
 
     def complete(
         self,
@@ -143,7 +151,8 @@ class ContextBuilder:
             context, used = memo.context, memo.tokens
         else:
             previous = memo.order if memo is not None else ()
-            order, used = self._context(parts, here, now, previous)
+            fill = self.fill if memo is not None else 1.0
+            order, used = self._context(parts, here, now, previous, fill)
             context = "".join(parts[i].text for i in order)
             if memo is not None:
                 keys = tuple(parts[i].key for i in order)
@@ -173,7 +182,12 @@ class ContextBuilder:
         return True
 
     def _context(
-        self, parts: list[Region], here: int, now: float, previous: tuple[bytes, ...] = ()
+        self,
+        parts: list[Region],
+        here: int,
+        now: float,
+        previous: tuple[bytes, ...] = (),
+        fill: float = 1.0,
     ) -> tuple[list[int], int]:
         """The context's paragraphs in prompt order. First the ``previous`` prompt's
         paragraphs that are unchanged, in their old order: up to the first change the model
@@ -181,7 +195,7 @@ class ContextBuilder:
         and new ones: stable paragraphs, then those edited in the last HOT_SECONDS (each group
         in document order). Another editor typing above the cursor so invalidates only the
         tail of the prompt, not everything after the fixed prefix."""
-        chosen, used = self._context_regions(parts, here)
+        chosen, used = self._context_regions(parts, here, fill)
         left: dict[bytes, list[int]] = {}
         for i in chosen:
             left.setdefault(parts[i].key, []).append(i)  # a paragraph may appear twice
@@ -191,9 +205,11 @@ class ContextBuilder:
         order += [i for i in rest if now - parts[i].born <= HOT_SECONDS]
         return order, used
 
-    def _context_regions(self, parts: list[Region], here: int) -> tuple[list[int], int]:
+    def _context_regions(
+        self, parts: list[Region], here: int, fill: float = 1.0
+    ) -> tuple[list[int], int]:
         """Paragraphs before the cursor's, nearest first, within budget; plus the opening one."""
-        budget = self.budget_tokens - parts[here].tokens
+        budget = int(fill * self.budget_tokens) - parts[here].tokens
         chosen: list[int] = []
         used = 0
         for i in range(here - 1, -1, -1):

@@ -115,6 +115,26 @@ def test_starting_a_new_paragraph_keeps_the_last_prompt_as_the_prefix() -> None:
     assert third.startswith(second.text)
 
 
+def test_a_document_past_the_budget_is_not_rebuilt_at_every_new_paragraph() -> None:
+    def rebuilds(fill: float) -> int:
+        builder = ContextBuilder(count, budget_tokens=200, memo_max_age=1e9, fill=fill)
+        regions, memo = RegionIndex(count), ContextMemo()
+        text, previous, changed = "Title\n\n", "", 0
+        for n in range(30):  # 30 paragraphs of ~25 tokens: 4 budgets' worth
+            text += f"Paragraph {n} " + "word " * 18 + ".\n\nNext"
+            regions.mark_dirty()
+            prompt = builder.complete(regions, text, len(text), memo, refresh=False).text
+            pairs = enumerate(zip(previous, prompt, strict=False))
+            shared = next((i for i, (a, b) in pairs if a != b), len(previous))
+            kept = shared - len(COMPLETE_PREFIX)
+            changed += kept < 40  # the prompt changed right after the fixed prefix
+            previous = prompt
+        return changed
+
+    assert rebuilds(1.0) >= 20  # filled to the brim: the oldest paragraph goes every time
+    assert rebuilds(0.6) <= 8
+
+
 def test_a_request_keeps_a_stale_context_warm_and_a_refresh_rebuilds_it() -> None:
     builder = ContextBuilder(count, memo_ttl=0.0, memo_max_age=60.0)
     regions = RegionIndex(count)
