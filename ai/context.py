@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from .junk import BEFORE_CHARS
 from .regions import Region, RegionIndex
 
 PROMPT_VERSION = "2"
@@ -49,6 +50,8 @@ class BuiltPrompt:
     window: str
     stop: tuple[str, ...]
     context_tokens: int
+    # The text before the cursor that the junk filter reads (a completion's; "" for rewrites).
+    before: str = ""
 
 
 @dataclass(slots=True)
@@ -139,8 +142,11 @@ class ContextBuilder:
         right after its own, the finished one is appended to the reused context."""
         parts = regions.refresh(text)
         window_text = text[max(0, cursor - 200) : cursor]
+        before = text[max(0, cursor - BEFORE_CHARS) : cursor]
         if not parts:
-            return BuiltPrompt(COMPLETE_PREFIX, "complete", "", STOP_COMPLETE, self.prefix_tokens)
+            return BuiltPrompt(
+                COMPLETE_PREFIX, "complete", "", STOP_COMPLETE, self.prefix_tokens, before
+            )
         here = regions.region_at(max(cursor - 1, 0))
         window = text[parts[here].start : cursor]  # the cursor's paragraph: always fresh, last
         now = time.monotonic()
@@ -159,7 +165,7 @@ class ContextBuilder:
                 memo.remember(context, used, here, len(parts), now, keys)
         tokens = self.prefix_tokens + used + parts[here].tokens
         prompt = COMPLETE_PREFIX + context + window
-        return BuiltPrompt(prompt, "complete", window_text, STOP_COMPLETE, tokens)
+        return BuiltPrompt(prompt, "complete", window_text, STOP_COMPLETE, tokens, before)
 
     def _extend(
         self, memo: ContextMemo, parts: list[Region], here: int, now: float, limit: float

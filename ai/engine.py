@@ -57,6 +57,9 @@ class AiSettings:
     # healed; the defaults are what tether bench quality found acceptable most often.
     stop_rule: str = "word"
     heal: bool = True
+    # Completions are held back until known not to be junk (ai.junk), and junk ends them
+    # with reason "junk:<kind>" instead of being shown.
+    junk_filter: bool = True
     coalesce_seconds: float = 0.05
     request_timeout: float = 60.0
     queue_limit: int = 8
@@ -168,6 +171,15 @@ class AiEngine:
             for flight in list(state.flights):
                 self.flights.end(flight, "cancelled")
         return self.cache.forget(name) if self.cache is not None else 0
+
+    def health(self) -> dict[str, Any]:
+        """``/health``'s AI section: the state, and what the junk filter has dropped."""
+        body = self.status.current.health() if self.status is not None else {"state": "off"}
+        body["junk_filter"] = {
+            "state": "on" if self.settings.junk_filter else "off",
+            "dropped": dict(sorted(self.flights.junk_counts.items())),
+        }
+        return body
 
     def stats(self) -> dict[str, int]:
         """Prefetch outcomes, counting answers computed ahead that the cache served later or

@@ -42,6 +42,7 @@ def build_provider(settings: Any) -> Provider | None:
             script.get("pieces"),
             delay=float(script.get("delay", 0.0)),
             fail_with=script.get("fail"),
+            replies=script.get("replies"),
         )
     raise ValueError(f"unknown ai provider {kind!r}")
 
@@ -135,6 +136,7 @@ def build_engine(
             default_max_tokens=settings.ai_max_tokens,
             stop_rule=settings.ai_stop,
             heal=settings.ai_heal == "on",
+            junk_filter=settings.ai_junk_filter == "on",
             coalesce_seconds=settings.ai_coalesce_ms / 1000,
             request_timeout=settings.ai_timeout,
             queue_limit=settings.ai_queue_limit,

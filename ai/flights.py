@@ -18,11 +18,17 @@ from typing import TYPE_CHECKING, Any
 from pycrdt import Text
 
 from tether.collab.auth import OPEN_GRANT
-from tether.protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionError, SuggestionStart
+from tether.protocol.ai import (
+    JUNK_PREFIX,
+    SuggestionDelta,
+    SuggestionEnd,
+    SuggestionError,
+    SuggestionStart,
+)
 
 from .cache import CacheQuery, SuggestionCache, embedding_text
 from .errors import AiError, BadRequest, ModelUnavailable
-from .generation import run_generation, shaping
+from .generation import run_generation, screening, shaping
 from .metrics import AiMetrics
 from .prefetch import DutyCycle
 from .providers.base import GenerationRequest, Provider
@@ -80,6 +86,7 @@ class Flights:
         self.embedder = embedder
         self.budget = DutyCycle(settings.prefetch_budget)
         self.prefetch_counts: Counter[str] = Counter()  # see metrics.CacheCollector
+        self.junk_counts: Counter[str] = Counter()  # suggestions ended as junk, by kind
         self.rooms: dict[str, RoomState] = {}
         # (peer id, request id) → suggestion; in flight or finished and still acceptable
         self.by_peer: dict[int, dict[str, Suggestion]] = {}
@@ -154,6 +161,7 @@ class Flights:
             if first:
                 self._embed_context(flight)
 
+        flight.screen = screening(self.settings, flight.prompt)
         loop = asyncio.get_running_loop()
         began = loop.time()
         try:
@@ -167,12 +175,14 @@ class Flights:
                 metrics=self.metrics,
                 requested_at=None,  # TTFT is per request: see send_delta
                 path="ws",
+                screen=flight.screen,
                 **shaping(self.settings, flight.prompt.kind),
             )
         finally:
             if flight.prefetch_for is not None:
                 self.budget.record(began, loop.time())
         flight.pieces = result.pieces
+        flight.junk = result.junk
         if not flight.finished:
             self._complete(flight)
 
@@ -183,8 +193,8 @@ class Flights:
         state = self.rooms.get(flight.room.name)
         if state is not None:
             state.flights.discard(flight)
-        if self.cache is not None and flight.text:
-            self._store(flight)
+        if self.cache is not None and flight.text and flight.junk is None:
+            self._store(flight)  # junk is never cached, nor what was shown before it
         for suggestion in flight.subscribers:
             if not suggestion.finished and not suggestion.held:  # a held one ends when released
                 self.finish(suggestion, flight.pieces)
@@ -243,15 +253,27 @@ class Flights:
         suggestion.text += text
         suggestion.peer.send_stateless(SuggestionDelta(suggestion.request.id, text).encode())
 
-    def finish(self, suggestion: Suggestion, pieces: int) -> None:
+    def finish(self, suggestion: Suggestion, pieces: int, junk: str | None = None) -> None:
+        """End ``suggestion`` as its text is complete: ``done``, or ``junk:<kind>`` when the
+        junk filter ended it (``junk``, else its flight's)."""
         suggestion.finished = True
-        self.metrics.outcomes.labels("done").inc()
+        if junk is None and suggestion.flight is not None:
+            junk = suggestion.flight.junk
+        self.metrics.outcomes.labels("done" if junk is None else "junk").inc()
+        if junk is not None:
+            self.count_junk(junk)
         ttft = None
         if suggestion.first_at is not None:
             ttft = round((suggestion.first_at - suggestion.requested_at) * 1000, 2)
+        reason = "done" if junk is None else JUNK_PREFIX + junk
         suggestion.peer.send_stateless(
-            SuggestionEnd(suggestion.request.id, "done", ttft, pieces).encode()
+            SuggestionEnd(suggestion.request.id, reason, ttft, pieces).encode()
         )
+
+    def count_junk(self, kind: str) -> None:
+        """A suggestion ended as junk of ``kind`` (any path: socket, cache, HTTP)."""
+        self.junk_counts[kind] += 1
+        self.metrics.junk.labels(kind).inc()
 
     def send_error(self, peer: Peer, request_id: str | None, code: str, message: str) -> None:
         self.metrics.errors.labels(code).inc()
@@ -346,7 +368,10 @@ class Flights:
             if flight.anchor.intact(text):
                 continue
             typed = flight.anchor.typed(text)
-            if typed and flight.text.startswith(typed):
+            # What the model wrote, held back or not: typing the start of a word still being
+            # judged is typing ahead too.
+            written = flight.screen.text if flight.screen is not None else flight.text
+            if typed and written.startswith(typed):
                 continue
             self.end(flight, "cancelled")
 

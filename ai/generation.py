@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from .errors import ProviderTimeout
+from .junk import JunkScreen, screened
+from .junk import screen as screen_whole
 from .metrics import AiMetrics
 from .providers.base import Cancellation, GenerationRequest, Provider
 from .stopping import TOKENS, heal_prompt, shape
 from .streamer import StreamResult, stream_coalesced
 
 if TYPE_CHECKING:
+    from .context import BuiltPrompt
     from .engine import AiSettings
 
 
@@ -32,24 +35,33 @@ async def run_generation(
     path: str,
     stop_rule: str = TOKENS,
     heal: bool = False,
+    screen: JunkScreen | None = None,
 ) -> tuple[StreamResult, float | None]:
     """Returns the stream's result and the time to first token in seconds (None if no text,
-    or no ``requested_at``: a prefetch nobody has asked for yet has no TTFT).
+    or no ``requested_at``: a prefetch nobody has asked for yet has no TTFT). The result's
+    ``pieces`` are the model's tokens, whatever was shown of them.
 
     ``heal`` and ``stop_rule`` (see ``ai.stopping``) shape completions: the prompt ends before
-    the typed space, and the stream stops as soon as the rule has decided."""
+    the typed space, and the stream stops as soon as the rule has decided. ``screen`` (see
+    ``ai.junk``) holds text back until it is known not to be junk, and ends the stream at the
+    first junk (``result.junk`` says which kind)."""
     leftover = ""
     if heal:
         healed, leftover = heal_prompt(generation.prompt)
         generation = dataclasses.replace(generation, prompt=healed)
-    pieces = provider.stream(generation, cancel)
+    tokens = _Counted(provider.stream(generation, cancel))
+    pieces: AsyncIterator[str] = tokens
     if leftover or stop_rule != TOKENS:
         pieces = shape(pieces, leftover=leftover, rule=stop_rule)
+    if screen is not None:
+        pieces = screened(pieces, screen)
     try:
         async with asyncio.timeout(timeout):
             result = await stream_coalesced(pieces, emit, interval=interval)
     except TimeoutError as exc:
         raise ProviderTimeout("the model did not finish in time") from exc
+    result.pieces = tokens.count
+    result.junk = screen.kind if screen is not None else None
     for before, after in zip(result.piece_times, result.piece_times[1:], strict=False):
         metrics.itl.labels(provider.name, path).observe(after - before)
     if result.first_piece_at is None or requested_at is None:
@@ -57,6 +69,43 @@ async def run_generation(
     ttft = result.first_piece_at - requested_at
     metrics.ttft.labels(provider.name, path).observe(ttft)
     return result, ttft
+
+
+class _Counted:
+    """The model's stream, counting its tokens."""
+
+    def __init__(self, pieces: AsyncIterator[str]) -> None:
+        self._pieces = aiter(pieces)
+        self.count = 0
+
+    def __aiter__(self) -> _Counted:
+        return self
+
+    async def __anext__(self) -> str:
+        piece = await anext(self._pieces)
+        self.count += 1
+        return piece
+
+    async def aclose(self) -> None:
+        closer = getattr(self._pieces, "aclose", None)
+        if closer is not None:
+            await closer()
+
+
+def screening(settings: AiSettings, prompt: BuiltPrompt) -> JunkScreen | None:
+    """The junk filter for one generation of ``prompt``: completions only (a rewrite repeats
+    its passage by design), and only with the filter on (``--ai-junk-filter``)."""
+    if prompt.kind != "complete" or not settings.junk_filter:
+        return None
+    return JunkScreen(prompt.before, settings.stop_rule)
+
+
+def rescreen(settings: AiSettings, prompt: BuiltPrompt, text: str) -> tuple[str, str | None]:
+    """A cached answer served for ``prompt``: what of it may be shown there, and the junk kind
+    that ends it (None: clean, or the filter is off)."""
+    if prompt.kind != "complete" or not settings.junk_filter:
+        return text, None
+    return screen_whole(text, prompt.before, settings.stop_rule)
 
 
 def shaping(settings: AiSettings, kind: str) -> dict[str, Any]:

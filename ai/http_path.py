@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Hashable
 
 from tether.protocol.ai import (
+    JUNK_PREFIX,
     Suggest,
     SuggestionDelta,
     SuggestionEnd,
@@ -22,7 +23,7 @@ from tether.protocol.ai import (
 
 from .engine import AiEngine
 from .errors import AiError, BadRequest
-from .generation import run_generation, shaping
+from .generation import run_generation, screening, shaping
 from .positions import utf16_to_index
 from .providers.base import Cancellation, GenerationRequest
 from .regions import RegionIndex
@@ -72,6 +73,7 @@ async def stream_http_suggestion(
                 metrics=engine.metrics,
                 requested_at=requested_at,
                 path=path,
+                screen=screening(engine.settings, prompt),
                 **shaping(engine.settings, prompt.kind),
             ),
             INTERACTIVE,
@@ -88,7 +90,11 @@ async def stream_http_suggestion(
         if job is not None and not job.done():
             job.cancel()  # the HTTP client went away
     ttft_ms = None if ttft is None else round(ttft * 1000, 2)
-    send(SuggestionEnd(request.id, "done", ttft_ms, result.pieces).encode())
+    reason = "done"
+    if result.junk is not None:
+        reason = JUNK_PREFIX + result.junk
+        engine.flights.count_junk(result.junk)
+    send(SuggestionEnd(request.id, reason, ttft_ms, result.pieces).encode())
 
 
 def _prompt(engine: AiEngine, request: Suggest, text: str):

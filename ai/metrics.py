@@ -39,6 +39,12 @@ class AiMetrics:
             "tether_ai_outcomes_total", "How suggestions ended", ["reason"], registry=r
         )
         self.errors = Counter("tether_ai_errors_total", "Suggestion errors", ["code"], registry=r)
+        self.junk = Counter(
+            "tether_ai_junk_total",
+            "Suggestions the junk filter ended (reason junk:<kind>), by kind",
+            ["kind"],
+            registry=r,
+        )
         self.queue_depth = Gauge(
             "tether_ai_queue_depth", "Jobs queued or running on the model", registry=r
         )

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from .anchors import TextAnchor
     from .cache import CacheQuery
     from .context import BuiltPrompt, ContextMemo
+    from .junk import JunkScreen
     from .prefetch import Pause
     from .regions import RegionIndex
 
@@ -50,6 +51,10 @@ class Flight:
     finished: bool = False
     served: bool = False  # some request has taken text from it
     job: asyncio.Future[Any] | None = None
+    # The junk filter on its stream (None: off, or a rewrite): what the model wrote beyond
+    # ``text`` while held back; and the junk kind that ended it, if one did.
+    screen: JunkScreen | None = None
+    junk: str | None = None
 
 
 @dataclass(eq=False)

@@ -23,6 +23,7 @@ from .cache import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
 from .context import ContextBuilder, ContextMemo
 from .errors import AiError, BadRequest, ModelUnavailable
 from .flights import session_of
+from .generation import rescreen
 from .positions import utf16_to_index
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
 from .scheduler import INTERACTIVE
@@ -226,7 +227,13 @@ class RequestServer:
         suggestion.source = hit.layer
         peer.send_stateless(SuggestionStart(request.id, hit.layer).encode())
         flights.metrics.requests.labels("ws", hit.layer).inc()
-        flights.send_delta(suggestion, hit.text)
+        # Checked again at this cursor: a type-ahead or semantic hit was another context's.
+        text, junk = rescreen(flights.settings, suggestion.prompt, hit.text)
+        if text:
+            flights.send_delta(suggestion, text)
+        if junk is not None:
+            flights.finish(suggestion, 0, junk)
+            return
         suggestion.finished = True
         ttft = (suggestion.first_at or time.perf_counter()) - suggestion.requested_at
         peer.send_stateless(SuggestionEnd(request.id, "done", round(ttft * 1000, 3), 0).encode())

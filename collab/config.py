@@ -107,6 +107,9 @@ class Settings:
     # tether bench quality found acceptable 4x as often as 24 tokens (README, AI section).
     ai_stop: str = "word"
     ai_heal: str = "on"
+    # Completions are held back until known not to be junk (empty, an echo, a loop, another
+    # script, chat talk: ai/junk.py); junk ends them with reason junk:<kind>, unshown.
+    ai_junk_filter: str = "on"
     ai_cache_entries: int = 4096
     ai_cache_mb: float = 16.0
     ai_cache_ttl: float = 600.0
@@ -245,6 +248,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ai_semantic": ("on", "off"),
     "ai_stop": ("word", "phrase", "sentence", "tokens"),
     "ai_heal": ("on", "off"),
+    "ai_junk_filter": ("on", "off"),
     "openai_api": ("chat", "completions"),
 }
 

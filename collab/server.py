@@ -335,7 +335,7 @@ class TetherServer:
         ctx = self.ctx
         engine = self.ai
         if engine is not None and engine.status is not None:
-            ai = engine.status.current.health()
+            ai = engine.health()
         else:
             ai = {"state": "off", "reason": "AI suggestions are off (--ai-provider none)"}
         body = {

@@ -23,7 +23,11 @@ from typing import Any
 from .errors import ProtocolError
 
 KINDS = ("complete", "rewrite")
-END_REASONS = ("done", "cancelled", "superseded")
+# suggestion.end's reason "junk:<kind>": the server's junk filter dropped the suggestion (no
+# junk text was sent), and the kind says why (ai/junk.py has the rules).
+JUNK_PREFIX = "junk:"
+JUNK_KINDS = ("empty", "echo", "loop", "language", "chat")
+END_REASONS = ("done", "cancelled", "superseded", *(JUNK_PREFIX + k for k in JUNK_KINDS))
 SOURCES = ("model", "exact", "typeahead", "semantic", "prefetch")  # suggestion.start
 MAX_ID_LENGTH = 128
 MAX_TOKENS_LIMIT = 1024
@@ -131,6 +135,14 @@ class SuggestionEnd:
 
     def encode(self) -> str:
         return _server_encode("suggestion.end", asdict(self))
+
+    @property
+    def junk(self) -> str | None:
+        """The junk kind when the server's junk filter ended the suggestion ("junk:echo" gives
+        "echo"): nothing junk was sent, and ghost text should show nothing more. Else None."""
+        if self.reason.startswith(JUNK_PREFIX):
+            return self.reason[len(JUNK_PREFIX) :]
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,7 +175,9 @@ class DocumentHandle:
         """Ask for a suggestion and yield the server's messages for it as they stream
         (``suggestion.start``, ``suggestion.delta``..., then ``suggestion.end``); a
         ``suggestion.error`` raises SuggestionFailedError. ``pos`` (UTF-16 units, as the wire
-        counts) defaults to the end of the text; ``kind="rewrite"`` takes ``start``/``end``."""
+        counts) defaults to the end of the text; ``kind="rewrite"`` takes ``start``/``end``.
+        The end's ``reason`` says why it ended; ``end.junk`` names the kind when the server's
+        junk filter dropped the suggestion (reason ``junk:<kind>``; logged at info)."""
         if pos is None and kind == "complete":
             pos = len(str(self.text).encode("utf-16-le")) // 2
         request_id = f"py-{next(_request_ids)}"
@@ -190,6 +192,8 @@ class DocumentHandle:
                     message = await answers.get()
                     if isinstance(message, SuggestionError):
                         raise SuggestionFailedError(message.code, message.message)
+                    if isinstance(message, SuggestionEnd) and message.junk is not None:
+                        log.info("suggestion %s dropped as junk (%s)", request_id, message.junk)
                     yield message
                     if isinstance(message, SuggestionEnd):
                         return

@@ -317,7 +317,12 @@ async def test_an_unacknowledging_reader_fills_only_its_own_replay_buffer(tmp_pa
 async def test_ai_suggestions_work_unchanged_over_http(tmp_path: Path) -> None:
     script = '{"pieces": [" and", " the", " gulls", " cried."], "delay": 0.01}'
     with ServerProcess(
-        tmp_path, ai_provider="scripted", ai_stop="tokens", ai_heal="off", ai_script=script
+        tmp_path,
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
+        ai_script=script,
     ) as ai_server:
         token = ai_server.token()
         with anyio.fail_after(30):

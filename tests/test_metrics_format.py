@@ -20,7 +20,11 @@ SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][\w:]*)(?:\{(?P<labels>.*)\})? \S+$")
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
-        tmp_path_factory.mktemp("metrics"), ai_provider="scripted", ai_stop="tokens", ai_heal="off"
+        tmp_path_factory.mktemp("metrics"),
+        ai_provider="scripted",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
     ) as server:
         yield server
 

@@ -1,7 +1,9 @@
 """A scripted provider for tests of the streaming mechanics (never the default).
 
-It yields a fixed list of pieces, optionally waiting on a gate between them so a test can hold a
-generation open, and records every prompt it was given.
+It yields a fixed list of pieces (or, with ``replies``, the pieces of the first key that the
+prompt contains, so one server can script different answers per document), optionally waiting
+on a gate between them so a test can hold a generation open, and records every prompt it was
+given.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ class ScriptedProvider(Provider):
         *,
         delay: float = 0.0,
         fail_with: str | None = None,
+        replies: dict[str, list[str]] | None = None,
     ) -> None:
         self.pieces = pieces if pieces is not None else [" scripted", " words", "."]
+        self.replies = replies or {}
         self.delay = delay
         self.fail_with = fail_with
         self.prompts: list[GenerationRequest] = []
@@ -33,7 +37,8 @@ class ScriptedProvider(Provider):
         self.prompts.append(request)
         if self.fail_with:
             raise ProviderError(self.fail_with)
-        for index, piece in enumerate(self.pieces[: request.max_tokens]):
+        pieces = next((p for key, p in self.replies.items() if key in request.prompt), self.pieces)
+        for index, piece in enumerate(pieces[: request.max_tokens]):
             if cancel.cancelled:
                 return
             if index and self.gate is not None:

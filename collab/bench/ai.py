@@ -114,6 +114,12 @@ def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--ai-heal", default="on", choices=("on", "off"), help="the server's --ai-heal"
     )
+    parser.add_argument(
+        "--ai-junk-filter",
+        default="on",
+        choices=("on", "off"),
+        help="the server's --ai-junk-filter",
+    )
 
 
 async def _session(server: ServerProcess, way: str, args: argparse.Namespace) -> list[Sample]:

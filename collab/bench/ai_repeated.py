@@ -368,6 +368,7 @@ def _repeated_summary(
                 "ttft_ms": _round_ms(ask.sample.ttft),
                 "server_ttft_ms": _round_ms(ask.sample.server_ttft),
                 "chars": len(ask.sample.text),
+                "reason": ask.sample.reason,
                 "error": ask.sample.error,
             }
             for ask in writer.asks

@@ -10,6 +10,7 @@ import json
 import random
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,7 @@ class Sample:
     source: str | None = None  # suggestion.start's: which layer served it
     server_ttft: float | None = None  # suggestion.end's ttft_ms, in seconds
     text: str = ""  # the suggestion: its deltas concatenated
+    reason: str | None = None  # suggestion.end's ("done", "junk:echo", ...)
 
 
 async def type_text(doc: DocumentHandle, text: str, rate: float) -> None:
@@ -120,6 +122,7 @@ async def _collect(messages: Any, started: float) -> Sample:
         elif kind in ("suggestion.end", "suggestion.error"):
             sample.total = now - started
             sample.tokens = int(message.get("tokens") or 0)
+            sample.reason = message.get("reason")
             server_ttft = message.get("ttft_ms")
             if isinstance(server_ttft, int | float):
                 sample.server_ttft = server_ttft / 1000
@@ -147,6 +150,8 @@ def summarise(samples: list[Sample]) -> dict[str, Any]:
         "inter_frame_ms": percentiles(itl),
         "end_to_end_ms": percentiles(total),
         "ttft_ms_each": [round(x * 1000, 1) for x in ttft],
+        # How they ended: junk:<kind> ones sent no text, so they have no TTFT above.
+        "ends": dict(Counter(s.reason for s in samples if s.reason is not None)),
     }
 
 

@@ -28,6 +28,7 @@ def server_ai_settings(args: Any) -> dict[str, object]:
         **PRODUCT_AI,
         "ai_stop": getattr(args, "ai_stop", "word"),
         "ai_heal": getattr(args, "ai_heal", "on"),
+        "ai_junk_filter": getattr(args, "ai_junk_filter", "on"),
     }
 
 

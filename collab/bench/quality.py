@@ -34,6 +34,7 @@ from typing import Any
 
 from tether.ai.context import COMPLETE_PREFIX, STOP_COMPLETE, SYSTEM_COMPLETE, ContextBuilder
 from tether.ai.junk import KINDS as JUNK_KINDS
+from tether.ai.junk import screen  # the server's junk filter, exactly
 from tether.ai.providers.base import Cancellation, GenerationRequest
 from tether.ai.regions import RegionIndex
 from tether.ai.stopping import heal_output, stop_at  # what the server applies, exactly
@@ -342,6 +343,8 @@ def _config_figures(
                 continue
             gen = results[run.name][case.ident]
             suggestion = stop_at(gen.shown, stop)
+            if filtered:  # what the server's own junk filter shows of it
+                suggestion, _ = screen(suggestion, case.text, stop)
             scored = score(suggestion, case.truth, case.text)
             if filtered and scored.junk is not None:
                 scored = score("", case.truth, case.text)

@@ -26,6 +26,7 @@ def cache_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=SCRIPT,
     ) as proc:
         yield proc

@@ -28,6 +28,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=SCRIPT,
         ai_prefetch_ms=200,
     ) as proc:
@@ -168,6 +169,7 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         ai_provider="local",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_max_tokens=6,
         ai_prefetch_ms=200,
     ) as proc:

@@ -30,6 +30,7 @@ def semantic_server(path: Path, **settings: object) -> ServerProcess:
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=SCRIPT,
         ai_semantic="on",
         **settings,

@@ -53,6 +53,7 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         ai_provider="local",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_max_tokens=6,
     ) as proc:
         yield proc
@@ -66,6 +67,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=json.dumps(SLOW),
     ) as proc:
         yield proc
@@ -81,6 +83,7 @@ def narrow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=json.dumps(script),
         ai_queue_limit=1,
     ) as proc:
@@ -95,6 +98,7 @@ def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script='{"fail": "boom"}',
     ) as proc:
         yield proc
@@ -112,6 +116,7 @@ def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=json.dumps(script),
     ) as proc:
         yield proc

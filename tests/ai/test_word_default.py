@@ -48,7 +48,8 @@ async def test_the_default_stops_after_one_word_and_the_cache_serves_it(scripted
         second = await ask(doc, "w2", max_tokens=None)
     assert (first.source, first.text) == ("model", " and")
     assert first.end["type"] == "suggestion.end" and first.end["reason"] == "done"
-    assert first.end["tokens"] == 1  # " the" ended the word: nothing after it was sent
+    # The model's two tokens: " the" ended the word, and the model was asked for no more.
+    assert first.end["tokens"] == 2
     assert (second.source, second.text) == ("exact", " and")
     assert second.end["reason"] == "done"
 
@@ -76,7 +77,8 @@ async def test_a_model_that_does_not_write_the_typed_space_shows_nothing(unspace
         healed = await ask(doc, "u1", max_tokens=None)
     assert joined.text == "xt"
     assert healed.text == ""
-    assert healed.end["type"] == "suggestion.end" and healed.end["reason"] == "done"
+    # Nothing to show is junk of the kind "empty" (the junk filter is on by default).
+    assert healed.end["type"] == "suggestion.end" and healed.end["reason"] == "junk:empty"
 
 
 async def test_the_embedded_model_under_the_default_suggests_one_word(tmp_path: Path) -> None:

@@ -58,7 +58,12 @@ def stored_text(data_dir: Path, name: str) -> str:
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[ServerProcess]:
     with ServerProcess(
-        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_max_tokens=8
+        tmp_path,
+        ai_provider="local",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
+        ai_max_tokens=8,
     ) as server:
         yield server
 
@@ -67,7 +72,12 @@ def start_faulty(tmp_path: Path, fault: str, **settings: object) -> ServerProces
     os.environ["TETHER_AI_FAULT"] = fault
     try:
         return ServerProcess(
-            tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", **settings
+            tmp_path,
+            ai_provider="local",
+            ai_stop="tokens",
+            ai_heal="off",
+            ai_junk_filter="off",
+            **settings,
         ).start()
     finally:
         del os.environ["TETHER_AI_FAULT"]

@@ -47,6 +47,7 @@ def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
         ai_provider="scripted",
         ai_stop="tokens",
         ai_heal="off",
+        ai_junk_filter="off",
         ai_script=SCRIPT,
     )
     with proc:
@@ -168,6 +169,26 @@ def test_a_ghost_suggestion_appears_and_tab_accepts_it_for_everyone(
     reader.context.close()
 
 
+def test_a_junk_suggestion_shows_nothing_and_its_kind_goes_to_the_console(
+    browser: Browser, tmp_path: Path
+) -> None:
+    # The default length and filter; this document's model answer repeats the word just typed.
+    script = '{"replies": {"sailed along": [" the", " coast"]}, "delay": 0.02}'
+    with ServerProcess(tmp_path, ai_provider="scripted", ai_script=script) as server:
+        page = open_page(browser, server, "web-junk", server.token(["web-*"]))
+        expect(page.locator("body")).to_have_attribute("data-ai", "ready", timeout=10000)
+        type_at_end(page, "We sailed along the")
+        with page.expect_console_message(
+            lambda m: "dropped as junk" in m.text, timeout=15000
+        ) as logged:
+            page.keyboard.press("Control+Space")
+        assert "(echo)" in logged.value.text
+        expect(page.locator("[data-testid=ghost]")).to_have_count(0)
+        assert page.locator("#tether-ai").text_content() == ""  # no note either
+        assert editor_text(page) == "We sailed along the"
+        page.context.close()
+
+
 def test_edits_typed_while_the_server_is_down_arrive_after_it_returns(
     browser: Browser, tmp_path: Path
 ) -> None:
@@ -220,7 +241,12 @@ def test_ai_buttons_grey_out_with_the_reason_while_sync_goes_on(
     editor says so on its AI buttons, and editing and sync are untouched."""
     monkeypatch.setenv("TETHER_AI_FAULT", "selftest-crash")
     with ServerProcess(
-        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_semantic="off"
+        tmp_path,
+        ai_provider="local",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
+        ai_semantic="off",
     ) as server:
         assert server.wait_ai()["state"] == "degraded"
         token = server.token(["web-*"])
@@ -253,7 +279,12 @@ def test_a_worker_crash_mid_suggestion_greys_the_ai_buttons_until_ai_is_back(
 ) -> None:
     monkeypatch.setenv("TETHER_AI_FAULT", "crash-after-tokens:1")
     with ServerProcess(
-        tmp_path, ai_provider="local", ai_stop="tokens", ai_heal="off", ai_semantic="off"
+        tmp_path,
+        ai_provider="local",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
+        ai_semantic="off",
     ) as server:
         page = open_page(browser, server, "web-crash", server.token(["web-*"]))
         expect(page.locator("body")).to_have_attribute("data-ai", "ready", timeout=10000)

@@ -563,7 +563,12 @@ function onGhostMessage(msg, ghost) {
       }
       break;
     case "suggestion.end": {
-      if (msg.reason !== "done" && !ghost.consumed) {
+      // The server's junk filter dropped it ("junk:echo", ...): nothing junk was streamed, so
+      // this ends like "done" (what came before it, if anything, was clean), shows no note,
+      // and the kind goes to the console for whoever wonders why no ghost text came.
+      const junk = typeof msg.reason === "string" && msg.reason.startsWith("junk:");
+      if (junk) console.info(`tether: suggestion ${ghost.id} dropped as junk (${msg.reason.slice(5)})`);
+      if (msg.reason !== "done" && !junk && !ghost.consumed) {
         // Cancelled by an edit at the cursor, or superseded: the server cannot accept it now.
         view.dispatch({ effects: clearGhost.of({ silent: true }) });
       } else {
