@@ -133,6 +133,7 @@ class _ScopeTables:
     index: faiss.IndexIDMap2
     exact: dict[bytes, int] = field(default_factory=dict)
     by_tail: dict[str, set[int]] = field(default_factory=dict)
+    by_agreement: dict[str, set[int]] = field(default_factory=dict)
     longest_answer: int = 0
 
 
@@ -188,6 +189,29 @@ class SuggestionCache:
         self.hits[hit.layer] += 1
         self._entries.move_to_end(hit.entry_id)
         return hit
+
+    def semantic_possible(self, query: CacheQuery) -> bool:
+        """Whether some vector could make ``lookup`` find a semantic hit for ``query``: an
+        entry of its scopes has the same variant, the same last words and (with the guard)
+        the same content words up to typos. False means embedding the query's context cannot
+        change the answer, so it need not be computed (a peek: nothing is counted)."""
+        self._expire()
+        variant = (query.kind, query.model, query.prompt_version)
+        window = normalise(query.window)
+        agreement = _agreement(window, self.settings.agreement_words)
+        content: tuple[str, ...] | None = None
+        for scope in (_doc(query.document), TEMPLATE):
+            tables = self._scopes.get(scope)
+            for entry_id in tables.by_agreement.get(agreement, ()) if tables else ():
+                entry = self._entries[entry_id]
+                if entry.variant != variant:
+                    continue
+                if not self.settings.content_guard:
+                    return True
+                content = content_words(window) if content is None else content
+                if same_content(entry.content, content):
+                    return True
+        return False
 
     def has_exact(self, query: CacheQuery) -> bool:
         """Whether the exact layer holds ``query`` (a peek: no hit or miss is counted)."""
@@ -300,6 +324,7 @@ class SuggestionCache:
         self.bytes += size
         tables.exact[key] = entry.id
         tables.by_tail.setdefault(entry.tail, set()).add(entry.id)
+        tables.by_agreement.setdefault(entry.agreement, set()).add(entry.id)
         tables.longest_answer = max(tables.longest_answer, len(normalise(answer)) + 1)
         if vector is not None:
             row = _as_row(vector, settings.dimension)
@@ -385,10 +410,8 @@ class SuggestionCache:
             tables = self._scopes[entry.scope]
             touched.add(entry.scope)
             del tables.exact[entry.exact_key]
-            same_tail = tables.by_tail[entry.tail]
-            same_tail.discard(entry_id)
-            if not same_tail:
-                del tables.by_tail[entry.tail]
+            _discard(tables.by_tail, entry.tail, entry_id)
+            _discard(tables.by_agreement, entry.agreement, entry_id)
             if entry.has_vector:
                 vectors.setdefault(entry.scope, []).append(entry_id)
         for scope, scope_ids in vectors.items():
@@ -467,6 +490,13 @@ def _edit_distance(a: str, b: str) -> int:
             current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (ca != cb)))
         previous = current
     return previous[-1]
+
+
+def _discard(index: dict[str, set[int]], key: str, entry_id: int) -> None:
+    same = index[key]
+    same.discard(entry_id)
+    if not same:
+        del index[key]
 
 
 def _doc(document: str) -> _Scope:

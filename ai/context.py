@@ -64,9 +64,21 @@ class ContextMemo:
     count: int = -1
     built_at: float = 0.0
     order: tuple[bytes, ...] = ()  # the context's paragraphs (region keys), in prompt order
+    # Which of the editor's warm model states holds this context: a refresh built in the
+    # background gets its own (epoch + 1), so the live one stays warm until it is ready.
+    epoch: int = 0
 
     def usable(self, here: int, count: int, now: float, ttl: float) -> bool:
         return self.here == here and self.count == count and now - self.built_at <= ttl
+
+    def refreshes(self, older: ContextMemo) -> bool:
+        """This memo is ``older`` rebuilt for its age alone: same cursor paragraph, new
+        context, which a request would not have rebuilt yet."""
+        return (
+            older.built_at > 0
+            and self.built_at != older.built_at
+            and (self.here, self.count) == (older.here, older.count)
+        )
 
     def remember(
         self,
@@ -94,11 +106,22 @@ class ContextBuilder:
         *,
         budget_tokens: int = 700,
         memo_ttl: float = 20.0,
+        memo_max_age: float | None = None,
+        fill: float = 0.6,
     ) -> None:
         self.count_tokens = count_tokens
         self.budget_tokens = budget_tokens
         self.memo_ttl = memo_ttl
+        # How stale a request may find the context when no prefetch has refreshed it.
+        self.memo_max_age = 3 * memo_ttl if memo_max_age is None else memo_max_age
         self.prefix_tokens = count_tokens(COMPLETE_PREFIX)  # the fixed part, counted once
+        # An editor's rebuilt context (with a memo; one prompt alone gets the whole budget)
+        # takes this share of the budget, and new paragraphs are appended up to all of it.
+        # Filled to the brim, every new paragraph past the budget would push the oldest out,
+        # changing the prompt right after the fixed prefix: all of it evaluated again, every
+        # paragraph. So a document longer than the budget is rebuilt once per ~40% of the
+        # budget written instead.
+        self.fill = fill
 
     def complete(
         self,
@@ -106,11 +129,17 @@ class ContextBuilder:
         text: str,
         cursor: int,
         memo: ContextMemo | None = None,
+        *,
+        refresh: bool = True,
     ) -> BuiltPrompt:
         """The prompt for a completion at ``cursor``. With a ``memo`` (one per editor), the
-        paragraphs around the cursor's are reused as they were for up to ``memo_ttl`` seconds
-        while the cursor stays in the same paragraph, so other editors' typing elsewhere does
-        not invalidate the model's warm prefix on every request."""
+        paragraphs around the cursor's are reused as they were while the cursor stays in the
+        same paragraph, so other editors' typing elsewhere does not invalidate the model's warm
+        prefix on every request: for ``memo_ttl`` seconds, or with ``refresh=False`` (a request
+        while prefetch refreshes the context in the background, when the editor pauses) for
+        up to ``memo_max_age``. Rebuilding costs the model every token after the first changed
+        paragraph, the cursor's own included. When the cursor moves on to a new paragraph
+        right after its own, the finished one is appended to the reused context."""
         parts = regions.refresh(text)
         window_text = text[max(0, cursor - 200) : cursor]
         before = text[max(0, cursor - BEFORE_CHARS) : cursor]
@@ -121,11 +150,15 @@ class ContextBuilder:
         here = regions.region_at(max(cursor - 1, 0))
         window = text[parts[here].start : cursor]  # the cursor's paragraph: always fresh, last
         now = time.monotonic()
-        if memo is not None and memo.usable(here, len(parts), now, self.memo_ttl):
+        limit = self.memo_ttl if refresh else self.memo_max_age
+        if memo is not None and memo.usable(here, len(parts), now, limit):
+            context, used = memo.context, memo.tokens
+        elif memo is not None and self._extend(memo, parts, here, now, limit):
             context, used = memo.context, memo.tokens
         else:
             previous = memo.order if memo is not None else ()
-            order, used = self._context(parts, here, now, previous)
+            fill = self.fill if memo is not None else 1.0
+            order, used = self._context(parts, here, now, previous, fill)
             context = "".join(parts[i].text for i in order)
             if memo is not None:
                 keys = tuple(parts[i].key for i in order)
@@ -134,8 +167,33 @@ class ContextBuilder:
         prompt = COMPLETE_PREFIX + context + window
         return BuiltPrompt(prompt, "complete", window_text, STOP_COMPLETE, tokens, before)
 
+    def _extend(
+        self, memo: ContextMemo, parts: list[Region], here: int, now: float, limit: float
+    ) -> bool:
+        """The cursor went on into a new paragraph right after the memo's cursor paragraph
+        (the editor pressed Enter and writes on): append that finished paragraph to the memo's
+        context. The model has evaluated it already, as the last prompt's end, so only the new
+        paragraph is new to it. False when that is not the case or it would not fit."""
+        if not memo.usable(here - 1, len(parts) - 1, now, limit):
+            return False
+        finished = parts[here - 1]
+        if finished.key in memo.order:  # a paragraph inserted above shifted the indexes
+            return False
+        used = memo.tokens + finished.tokens
+        if used + parts[here].tokens > self.budget_tokens:
+            return False
+        memo.context += finished.text
+        memo.tokens, memo.here, memo.count = used, here, len(parts)
+        memo.order += (finished.key,)
+        return True
+
     def _context(
-        self, parts: list[Region], here: int, now: float, previous: tuple[bytes, ...] = ()
+        self,
+        parts: list[Region],
+        here: int,
+        now: float,
+        previous: tuple[bytes, ...] = (),
+        fill: float = 1.0,
     ) -> tuple[list[int], int]:
         """The context's paragraphs in prompt order. First the ``previous`` prompt's
         paragraphs that are unchanged, in their old order: up to the first change the model
@@ -143,7 +201,7 @@ class ContextBuilder:
         and new ones: stable paragraphs, then those edited in the last HOT_SECONDS (each group
         in document order). Another editor typing above the cursor so invalidates only the
         tail of the prompt, not everything after the fixed prefix."""
-        chosen, used = self._context_regions(parts, here)
+        chosen, used = self._context_regions(parts, here, fill)
         left: dict[bytes, list[int]] = {}
         for i in chosen:
             left.setdefault(parts[i].key, []).append(i)  # a paragraph may appear twice
@@ -153,9 +211,11 @@ class ContextBuilder:
         order += [i for i in rest if now - parts[i].born <= HOT_SECONDS]
         return order, used
 
-    def _context_regions(self, parts: list[Region], here: int) -> tuple[list[int], int]:
+    def _context_regions(
+        self, parts: list[Region], here: int, fill: float = 1.0
+    ) -> tuple[list[int], int]:
         """Paragraphs before the cursor's, nearest first, within budget; plus the opening one."""
-        budget = self.budget_tokens - parts[here].tokens
+        budget = int(fill * self.budget_tokens) - parts[here].tokens
         chosen: list[int] = []
         used = 0
         for i in range(here - 1, -1, -1):

@@ -50,6 +50,7 @@ class Embedder:
         self.computed = 0  # texts that went through the model (for tests, metrics)
         self.memo_hits = 0
         self.loading: asyncio.Future[Any] | None = None
+        self._running: dict[bytes, asyncio.Future[None]] = {}  # texts being embedded, by key
 
     async def __aenter__(self) -> Embedder:
         await self.start_loading()
@@ -95,19 +96,26 @@ class Embedder:
             await asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        """Vectors of shape ``(len(texts), 384)``, float32, each of unit length."""
+        """Vectors of shape ``(len(texts), 384)``, float32, each of unit length. A text already
+        being embedded (a prefetch's, another request's) is waited for, not computed twice."""
         if not self.ready:
             raise ProviderUnavailable("the embedding model is not loaded")
         keys = [_key(text) for text in texts]
         missing: dict[bytes, str] = {}
+        joined: set[asyncio.Future[None]] = set()
         for key, text in zip(keys, texts, strict=True):
-            if key not in self._memo:
+            if key in self._memo:
+                continue
+            running = self._running.get(key)
+            if running is not None:
+                joined.add(running)
+            else:
                 missing.setdefault(key, text)
         if missing:
-            vectors = await self._compute(list(missing.values()))
-            self.computed += len(missing)
-            for key, vector in zip(missing, vectors, strict=True):
-                self._remember(key, vector)
+            joined.add(self._start(missing))
+        for running in joined:
+            # Shielded: one caller giving up (its request superseded) stops no one else's.
+            await asyncio.shield(running)
         out = np.empty((len(texts), DIMENSION), dtype=np.float32)
         for row, key in enumerate(keys):
             vector = self._memo.get(key)
@@ -118,6 +126,29 @@ class Embedder:
                 self.memo_hits += key not in missing
             out[row] = vector
         return out
+
+    def _start(self, missing: dict[bytes, str]) -> asyncio.Future[None]:
+        """Embed ``missing`` (key → text) into the memo; joinable by key until done."""
+
+        async def compute() -> None:
+            vectors = await self._compute(list(missing.values()))
+            self.computed += len(missing)
+            for key, vector in zip(missing, vectors, strict=True):
+                self._remember(key, vector)
+
+        running = asyncio.ensure_future(compute())
+        for key in missing:
+            self._running[key] = running
+
+        def done(future: asyncio.Future[None]) -> None:
+            for key in missing:
+                if self._running.get(key) is future:
+                    del self._running[key]
+            if not future.cancelled():
+                future.exception()  # retrieved: each waiter gets it raised
+
+        running.add_done_callback(done)
+        return running
 
     def _remember(self, key: bytes, vector: np.ndarray) -> None:
         self._memo[key] = vector

@@ -55,6 +55,12 @@ def owner_of(peer: Peer) -> object:
     return peer.outbox
 
 
+def session_of(room: Room, peer: Peer, epoch: int = 0) -> str:
+    """The provider's warm-state key for an editor's completions in a document: one per
+    (document, editor, context epoch; see ``ContextMemo.epoch``)."""
+    return f"{room.name}\0{peer.peer_id}\0{epoch}"
+
+
 def subject_of(peer: Peer) -> str | None:
     """The scheduler's subject key: the token's ``sub``; None without tokens (--auth none
     gives everyone the same anonymous grant, which must not be one shared quota)."""
@@ -111,6 +117,14 @@ class Flights:
             return None
         return embedding_text(prompt.window)
 
+    def semantic_possible(self, query: CacheQuery, embed_text: str | None) -> bool:
+        """Whether embedding ``embed_text`` (``query``'s context) could find a semantic hit."""
+        return (
+            embed_text is not None
+            and self.cache is not None
+            and self.cache.semantic_possible(query)
+        )
+
     # ---- running ----------------------------------------------------------------------------
 
     def launch(self, flight: Flight, priority: int, peer: Peer) -> None:
@@ -132,15 +146,20 @@ class Flights:
             session=flight.session,
             max_tokens=flight.max_tokens,
             stop=flight.prompt.stop,
+            # A prefetch nobody waits for yet gives the model up sooner to a request.
+            background=flight.prefetch_for is not None and not flight.served,
         )
 
         def emit(piece: str) -> None:
             if flight.finished:
                 return
+            first = not flight.text
             flight.text += piece
             for suggestion in flight.subscribers:
                 if not suggestion.finished:
                     self.send_delta(suggestion, piece)
+            if first:
+                self._embed_context(flight)
 
         flight.screen = screening(self.settings, flight.prompt)
         loop = asyncio.get_running_loop()
@@ -188,6 +207,14 @@ class Flights:
         entry = self.cache.put(flight.query, flight.text, vector, prefetched=not flight.served)
         if entry is not None and vector is None and flight.embed_text is not None:
             self.embed_later(flight.embed_text, entry)
+
+    def _embed_context(self, flight: Flight) -> None:
+        """The flight's first text is out: embed its context now, so the entry it is about to
+        become has its vector by the time the editor's next request (a fixed typo) may need
+        it. Not before: its requests' first token must not wait for the CPU this takes."""
+        text = flight.embed_text
+        if text is not None and self.embedder is not None and self.embedder.cached(text) is None:
+            self.embed_later(text, None)
 
     def _landed(self, flight: Flight, job: asyncio.Future[Any]) -> None:
         """The scheduler is done with ``flight``'s job: ran, failed, or cancelled (by us, or

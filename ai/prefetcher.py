@@ -18,8 +18,10 @@ from .anchors import TextAnchor
 from .cache import exact_key
 from .context import ContextBuilder, ContextMemo
 from .errors import Busy
+from .flights import session_of
 from .prefetch import Pause, cursor_after_typing
 from .records import TEXT_NAME, Flight, RoomState
+from .refresher import Refresher
 from .scheduler import PREFETCH
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ class Prefetcher:
         self.flights = flights
         self.builder = builder
         self.debounce = flights.settings.prefetch_seconds  # 0: prefetch is off
+        self.refresher = Refresher(flights, builder)
 
     def typed(self, room: Room, state: RoomState, peer: Peer) -> None:
         """An editor's edit arrived: O(1), arming its debounce timer if none is pending."""
@@ -45,6 +48,7 @@ class Prefetcher:
             pause = state.pauses[peer.peer_id] = Pause()
         if pause.touch(loop.time()):
             loop.call_later(self.debounce, self._paused, room, peer)
+        self.refresher.typed(room, state, peer)
 
     def forget(self, state: RoomState, peer: Peer) -> None:
         """An editor left: drop what prefetch knew of it, and its prefetch unless a request
@@ -55,6 +59,24 @@ class Prefetcher:
         prefetch = state.prefetches.pop(peer.peer_id, None)
         if prefetch is not None and not prefetch.subscribers:
             self.flights.end(prefetch, "cancelled")
+
+    def _embed_ahead(self, room: Room, state: RoomState, peer: Peer, text: str) -> None:
+        """The edit was away from where the editor last asked (a typo fixed further up):
+        it may go back and ask there again, so embed that context ahead if the semantic
+        layer could answer it. No model time: only what a semantic hit needs."""
+        flights = self.flights
+        last = state.cursors.get(peer.peer_id)
+        where = last[0].resolve(text) if last is not None else None
+        if last is None or where is None or flights.embedder is None:
+            return
+        cursor = where + len(last[0].typed(text) or "")
+        prompt = self.builder.complete(state.regions, text, cursor, None)
+        max_tokens = state.lengths.get(peer.peer_id, flights.settings.default_max_tokens)
+        query = flights.query(room, "complete", max_tokens, prompt)
+        embed_text = flights.embed_text(prompt)
+        if flights.semantic_possible(query, embed_text) and embed_text is not None:
+            if flights.embedder.cached(embed_text) is None:
+                flights.embed_later(embed_text, None)
 
     def _paused(self, room: Room, peer: Peer) -> None:
         """An editor's debounce timer fired: prefetch at its cursor if it has stopped typing."""
@@ -87,17 +109,22 @@ class Prefetcher:
         if found is None:
             return
         cursor, certain = found
+        if not certain:
+            self._embed_ahead(room, state, peer, text)
         now = asyncio.get_running_loop().time()
         state.cursors[peer.peer_id] = (TextAnchor.at(text, cursor), now)
         memo = state.memos.setdefault(peer.peer_id, ContextMemo())
         if not certain:
             # A guess must not overwrite the context the editor's next request will reuse.
             memo = replace(memo)
-        prompt = self.builder.complete(state.regions, text, cursor, memo)
+        # As a request would build it (see ai.refresher for how a stale context is renewed),
+        # so the request after this pause finds this very computation.
+        prompt = self.builder.complete(state.regions, text, cursor, memo, refresh=False)
         max_tokens = state.lengths.get(peer.peer_id, flights.settings.default_max_tokens)
         query = flights.query(room, "complete", max_tokens, prompt)
         embed_text = flights.embed_text(prompt)
-        if embed_text is not None and flights.embedder is not None:
+        if flights.semantic_possible(query, embed_text) and flights.embedder is not None:
+            assert embed_text is not None
             if flights.embedder.cached(embed_text) is None:
                 flights.embed_later(embed_text, None)  # so the request finds it ready
         key = exact_key(query)
@@ -111,9 +138,11 @@ class Prefetcher:
             f.key == key for f in state.flights
         ):
             return  # already known or being computed
-        if not flights.scheduler.idle or not flights.budget.allows(
-            asyncio.get_running_loop().time()
-        ):
+        # The editor has paused and will likely ask here: that comes before renewing its
+        # context (which goes on at its next edit).
+        renewal = self.refresher.yield_to(state, peer)
+        idle = flights.scheduler.idle if renewal is None else flights.scheduler.idle_but(renewal)
+        if not idle or not flights.budget.allows(asyncio.get_running_loop().time()):
             flights.prefetch_counts["skipped"] += 1
             return
         flight = Flight(
@@ -123,7 +152,7 @@ class Prefetcher:
             prompt,
             TextAnchor.at(text, cursor),
             max_tokens,
-            f"{room.name}\0{peer.peer_id}",
+            session_of(room, peer, memo.epoch),
             embed_text,
             prefetch_for=peer.peer_id,
         )

@@ -41,7 +41,7 @@ class Flight:
     # Where the generation belongs; typing there that is not its own start makes it stale.
     anchor: TextAnchor
     max_tokens: int
-    session: str  # the provider's warm-state key: one per (document, editor)
+    session: str  # the provider's warm-state key: see ``ai.flights.session_of``
     embed_text: str | None  # what the semantic layer embeds for this context
     prefetch_for: int | None = None  # the editor's peer id when computed ahead for it
     cancel: Cancellation = field(default_factory=Cancellation)
@@ -95,4 +95,6 @@ class RoomState:
     # (loop time).
     cursors: dict[int, tuple[TextAnchor, float]] = field(default_factory=dict)
     seen_text: str | None = None  # the text when prefetch last looked: its diff base
+    # Per editor: the model's evaluation of its renewed context, while it runs (ai.refresher).
+    warming: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     check_scheduled: bool = False

@@ -173,6 +173,13 @@ class Scheduler:
     def idle(self) -> bool:
         return self.running is None and not any(job.live for job in self._queued())
 
+    def idle_but(self, done: asyncio.Future[Any]) -> bool:
+        """Idle, or only running the job of ``done`` (which the caller is cancelling)."""
+        running = self.running
+        return (running is None or running.done is done) and not any(
+            job.live for job in self._queued()
+        )
+
     def _remove(self, job: _Job) -> None:
         queue = self._queues[job.priority]
         jobs = queue.get(job.owner)

@@ -22,6 +22,7 @@ from .anchors import TextAnchor
 from .cache import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
 from .context import ContextBuilder, ContextMemo
 from .errors import AiError, BadRequest, ModelUnavailable
+from .flights import session_of
 from .generation import rescreen
 from .positions import utf16_to_index
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
@@ -48,6 +49,7 @@ class RequestServer:
         state = flights.room_state(room)
         state.seen_text = text  # prefetch's next diff starts from what this request saw
         passage: str | None = None
+        epoch = 0
         if request.kind == "rewrite":
             assert request.start is not None and request.end is not None
             begin = utf16_to_index(text, request.start)
@@ -58,7 +60,11 @@ class RequestServer:
         else:
             cursor = _cursor(text_type, text, request)
             memo = state.memos.setdefault(peer.peer_id, ContextMemo())
-            prompt = self.builder.complete(state.regions, text, cursor, memo)
+            # With prefetch on, the context is refreshed when the editor pauses, where the
+            # model's re-evaluation costs no one a wait; a request only uses it.
+            refresh = flights.settings.prefetch_seconds <= 0
+            prompt = self.builder.complete(state.regions, text, cursor, memo, refresh=refresh)
+            epoch = memo.epoch
             anchor = TextAnchor.at(text, cursor)
         max_tokens = request.max_tokens or flights.settings.default_max_tokens
         if request.kind == "complete":
@@ -68,23 +74,26 @@ class RequestServer:
         suggestion = Suggestion(
             request, peer, room, prompt, anchor, passage, time.perf_counter(), query
         )
-        embed_text = flights.embed_text(prompt)
-        if self._serve_ready(state, suggestion, final=embed_text is None):
+        embed_text = flights.embed_text(prompt)  # also what the answer is stored under
+        # Only a context some entry could match is embedded: most are not (new text), and
+        # their answers then start at once, not held back by an embedding that cannot help.
+        probe = embed_text if flights.semantic_possible(query, embed_text) else None
+        if self._serve_ready(state, suggestion, final=probe is None):
             return
-        if embed_text is not None:
+        if probe is not None:
             embedder = flights.embedder
-            vector = embedder.cached(embed_text) if embedder is not None else None
+            vector = embedder.cached(probe) if embedder is not None else None
             if vector is None:
-                # Race: the model starts now while the context is embedded (~36 ms on its own
-                # thread, off the loop); a semantic hit found first replaces the stream.
-                self._to_model(suggestion, max_tokens, embed_text, held=True)
-                flights.spawn(self._semantic_race(suggestion, embed_text))
+                # Race: the model starts now while the context is embedded (~20-40 ms on its
+                # own thread, off the loop); a semantic hit found first replaces the stream.
+                self._to_model(suggestion, max_tokens, embed_text, epoch, held=True)
+                flights.spawn(self._semantic_race(suggestion, probe))
                 return
             hit = flights.cache.lookup(query, vector) if flights.cache is not None else None
             if hit is not None:
                 self._serve_cached(suggestion, hit)
                 return
-        self._to_model(suggestion, max_tokens, embed_text)
+        self._to_model(suggestion, max_tokens, embed_text, epoch)
 
     async def _semantic_race(self, suggestion: Suggestion, embed_text: str) -> None:
         """Decide a held request: a semantic hit replaces the model's stream (stopped if no
@@ -152,6 +161,7 @@ class RequestServer:
         suggestion: Suggestion,
         max_tokens: int,
         embed_text: str | None,
+        epoch: int,
         *,
         held: bool = False,
     ) -> None:
@@ -163,7 +173,7 @@ class RequestServer:
             suggestion.prompt,
             suggestion.anchor,
             max_tokens,
-            f"{room.name}\0{peer.peer_id}",
+            session_of(room, peer, epoch),
             embed_text,
         )
         # The editor's previous request is superseded even if this one is then refused as busy

@@ -144,6 +144,7 @@ class WorkerLink:
             temperature=request.temperature,
             repeat_penalty=request.repeat_penalty,
             seed=request.seed,
+            background=request.background,
         )
         return stream
 

@@ -28,6 +28,9 @@ class GenerationRequest:
     temperature: float = 0.0
     repeat_penalty: float = 1.0
     seed: int = 0
+    # Speculative work (a prefetch, a context renewal) that any request preempts: a local
+    # model evaluates its prompt in smaller steps, so it gives the model up sooner.
+    background: bool = False
 
 
 class Cancellation:

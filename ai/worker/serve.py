@@ -221,6 +221,7 @@ class WorkerServer:
                 temperature=float(header.get("temperature") or 0.0),
                 repeat_penalty=float(header.get("repeat_penalty") or 1.0),
                 seed=int(header.get("seed") or 0),
+                background=bool(header.get("background")),
             )
             async for piece in self._provider.stream(request, cancel):
                 pieces += 1

@@ -73,7 +73,21 @@ def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
         help="repeated: requests replayed over the HTTP baseline (0: all of them)",
     )
     parser.add_argument(
+        "--baseline-of",
+        choices=("all", "model"),
+        default="all",
+        help="repeated: replay a sample of all requests over HTTP, or of those the model served"
+        " on the socket (their TTFT ratio, request for request)",
+    )
+    parser.add_argument(
         "--pause-ms", type=float, default=400.0, help="repeated: idle time before the pause step"
+    )
+    parser.add_argument(
+        "--ask-after-ms",
+        type=float,
+        default=0.0,
+        help="repeated: the writer waits this long after its last edit before every request"
+        " (0: at once; the web editor asks after 600 ms)",
     )
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--typing-rate", type=float, default=25.0, help="chars/s of the writer")

@@ -15,6 +15,7 @@ import asyncio
 import json
 import random
 import re
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -105,6 +106,7 @@ class _Reviser:
         self.rate: float = args.typing_rate
         self.max_tokens: int = args.max_tokens
         self.pause: float = args.pause_ms / 1000
+        self.ask_after: float = getattr(args, "ask_after_ms", 0.0) / 1000
         self.asks: list[Ask] = []
         self.skipped: dict[str, int] = {}
         self._sentences = list(SENTENCES)
@@ -123,6 +125,8 @@ class _Reviser:
 
     async def ask(self, round_: int, step: str) -> Ask:
         await self.doc.wait_acked()
+        if self.ask_after > 0:
+            await asyncio.sleep(self.ask_after)  # the writer's pause before asking
         self._count += 1
         request_id = f"rep-{self._count}-{step}"
         text = str(self.doc.text)  # what ask_socket sends the position of, no await between
@@ -205,7 +209,10 @@ class _Reviser:
         reply = await _reply(self.doc, last.request_id, ("suggestion.accepted", "suggestion.error"))
         if reply.get("type") != "suggestion.accepted":
             return False
-        text = await self.doc.wait_text(lambda t: t.endswith(inserted))
+        try:
+            text = await self.doc.wait_text(lambda t: t.endswith(inserted), timeout=30)
+        except TimeoutError:
+            return False  # not seen at the end (placed elsewhere, or a very loaded machine)
         self.doc.delete(len(text) - len(inserted), len(inserted))  # the editor's undo
         await self.ask(round_, "accept_undo")
         return True
@@ -279,8 +286,13 @@ async def _repeated(
                 for step in steps:
                     await writer.revise(round_, step)
             asks = writer.asks
-            size = len(asks) if args.baseline_sample <= 0 else min(args.baseline_sample, len(asks))
-            sampled = sorted(random.Random(args.seed + 1).sample(range(len(asks)), size))
+            pool = [
+                i
+                for i, ask in enumerate(asks)
+                if getattr(args, "baseline_of", "all") == "all" or ask.sample.source == "model"
+            ]
+            size = len(pool) if args.baseline_sample <= 0 else min(args.baseline_sample, len(pool))
+            sampled = sorted(random.Random(args.seed + 1).sample(pool, size))
             baseline = [
                 await ask_http(
                     server, document, asks[i].text, f"http-{asks[i].request_id}", args.max_tokens
@@ -321,6 +333,13 @@ def _repeated_summary(
     socket_ttft = [s.ttft for s in samples if s.ttft is not None]
     same = [samples[i].ttft for i in sampled if samples[i].ttft is not None]
     model = by_source.get("model", {}).get("ttft_ms", {}).get("p50")
+    # Request for request: the sampled ones the model served on the socket, against their
+    # HTTP replays (with --baseline-of model, every sampled one).
+    paired = [
+        (samples[i].ttft, replay.ttft)
+        for i, replay in zip(sampled, baseline, strict=True)
+        if samples[i].source == "model" and samples[i].ttft and replay.ttft
+    ]
     http = summarise(baseline)
     overall = percentiles(socket_ttft)
     same_requests = percentiles(same)
@@ -358,8 +377,26 @@ def _repeated_summary(
             "ttft_p50": ratio_of(http["ttft_ms"]["p50"], overall["p50"]),
             "ttft_p50_same_requests": ratio_of(http["ttft_ms"]["p50"], same_requests["p50"]),
             "ttft_p50_model_only": ratio_of(http["ttft_ms"]["p50"], model),
+            "ttft_p50_model_paired": _paired_ratio(paired),
+        },
+        "model_paired": {
+            "requests": len(paired),
+            "socket_ttft_ms": percentiles([socket for socket, _ in paired]),
+            "http_ttft_ms": percentiles([http for _, http in paired]),
+            "ratio_each_p50": _paired_ratio(paired),
+            "ratio_each_p95": _paired_ratio(paired, 0.95),
         },
     }
+
+
+def _paired_ratio(pairs: list[tuple[float, float]], quantile: float = 0.5) -> float | None:
+    """A quantile of socket/HTTP TTFT over pairs of the same request (median by default)."""
+    if not pairs:
+        return None
+    ratios = sorted(socket / http for socket, http in pairs)
+    if quantile == 0.5:
+        return round(statistics.median(ratios), 3)
+    return round(ratios[min(len(ratios) - 1, round(quantile * (len(ratios) - 1)))], 3)
 
 
 def _round_ms(seconds: float | None) -> float | None:
@@ -382,6 +419,8 @@ def run_repeated_bench(args: argparse.Namespace) -> int:
         "seed": args.seed,
         "others": args.others,
         "pause_ms": args.pause_ms,
+        "ask_after_ms": getattr(args, "ask_after_ms", 0.0),
+        "baseline_of": getattr(args, "baseline_of", "all"),
         "wall_seconds": round(time.perf_counter() - started, 1),
         **summary,
     }
@@ -428,6 +467,11 @@ def _repeated_text(result: dict[str, Any]) -> str:
         f"  same requests on the socket: p50 {_ms(result['socket_ttft_ms_same_requests']['p50'])}"
         f" (ratio {ratio['ttft_p50_same_requests']}); model-served only: ratio"
         f" {ratio['ttft_p50_model_only']}",
+        f"  model-served, request for request ({result['model_paired']['requests']} replayed):"
+        f" socket p50 {_ms(result['model_paired']['socket_ttft_ms']['p50'])}, HTTP p50"
+        f" {_ms(result['model_paired']['http_ttft_ms']['p50'])}, ratio p50"
+        f" {result['model_paired']['ratio_each_p50']} p95"
+        f" {result['model_paired']['ratio_each_p95']}",
         "  by step: "
         + "; ".join(
             f"{step} " + ", ".join(f"{k} {n}" for k, n in sorted(counts.items()))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -77,6 +80,40 @@ async def test_unchanged_texts_are_never_embedded_twice(embedder) -> None:
     again = await embedder.embed(["Another one.", "A paragraph that stays."])
     assert embedder.computed == before + 2
     np.testing.assert_array_equal(again[1], first[0])
+
+
+class GatedEmbedder(Embedder):
+    """The real memo and bookkeeping around a fake model that computes when a test says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = asyncio.Event()
+        self.batches: list[list[str]] = []
+        self.started: asyncio.Queue[list[str]] = asyncio.Queue()
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+    async def _compute(self, texts: list[str]) -> np.ndarray:
+        self.batches.append(texts)
+        self.started.put_nowait(texts)
+        await self.gate.wait()
+        return np.stack([unit(len(text)) for text in texts])
+
+
+@pytest.mark.anyio
+async def test_a_text_already_being_embedded_is_waited_for_not_computed_again() -> None:
+    embedder = GatedEmbedder()
+    ahead = asyncio.ensure_future(embedder.embed(["the prefetch's context"]))
+    assert await embedder.started.get() == ["the prefetch's context"]
+    asked = asyncio.ensure_future(embedder.embed(["the prefetch's context", "another"]))
+    assert await embedder.started.get() == ["another"]  # only what no one computes yet
+    asked.cancel()  # the request is superseded: the prefetch still gets its vector
+    embedder.gate.set()
+    (vector,) = await ahead
+    assert embedder.computed == 2 and embedder.cached("the prefetch's context") is not None
+    np.testing.assert_array_equal(vector, unit(len("the prefetch's context")))
 
 
 # ---- exact and type-ahead -----------------------------------------------------------------
@@ -214,6 +251,45 @@ def test_synthetic_vectors_below_the_threshold_miss_and_above_it_hit() -> None:
     cache.put(q("so the team will", context="ctx one"), " ship it.", base)
     assert cache.lookup(q("so the team will", context="ctx two"), near(base, 8, 0.05)) is not None
     assert cache.lookup(q("so the team will", context="ctx three"), unit(9)) is None
+
+
+LABELLED = [
+    pair
+    for name in ("semantic_pairs.json", "semantic_pairs_heldout.json", "semantic_pairs_fresh.json")
+    for pair in json.loads((Path(__file__).parent / name).read_text())
+]
+
+
+@pytest.mark.parametrize("guard", [True, False])
+def test_the_semantic_layer_is_only_possible_where_the_best_vector_would_hit(guard) -> None:
+    # The engine embeds a request's context only when semantic_possible says some vector
+    # could hit; the most favourable vector (the entry's own, similarity 1) must then hit,
+    # and with any other answer no vector could: skipping the embedding loses no hit.
+    settings = CacheSettings(content_guard=guard)
+    checked = 0
+    for pair in LABELLED:
+        cache = SuggestionCache(settings)
+        vector = unit(len(pair["cached"]))
+        owner = "doc-a" if pair["same_document"] else "doc-b"
+        cache.put(q(pair["cached"], owner), pair["answer"], vector)
+        query = q(pair["new"], "doc-a")
+        possible = cache.semantic_possible(query)
+        hit = cache.lookup(query, vector)
+        if hit is not None and hit.layer != "semantic":
+            continue  # exact or type-ahead answered first
+        assert possible == (hit is not None), pair
+        checked += 1
+    assert checked > 100
+
+
+def test_nothing_is_possible_for_new_text_or_in_another_document() -> None:
+    cache = SuggestionCache()
+    cache.put(q("Our quarterly reprot shows that revenue grew"), " by 12%.", unit(1))
+    assert cache.semantic_possible(q("Our quarterly report shows that revenue grew"))
+    assert not cache.semantic_possible(q("Our quarterly report shows that revenue fell"))
+    assert not cache.semantic_possible(q("Our quarterly report shows that revenue grew", "doc-b"))
+    cache.forget("doc-a")
+    assert not cache.semantic_possible(q("Our quarterly report shows that revenue grew"))
 
 
 # ---- bounds -------------------------------------------------------------------------------

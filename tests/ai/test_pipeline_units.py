@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 
@@ -94,6 +95,61 @@ def test_a_rebuilt_context_keeps_the_unchanged_paragraphs_in_their_old_order() -
     regions.mark_dirty()
     third = builder.complete(regions, edited + " goes on", len(edited) + 8, memo).text
     assert third.startswith(second)  # nothing changed above the cursor: prefix kept
+
+
+def test_starting_a_new_paragraph_keeps_the_last_prompt_as_the_prefix() -> None:
+    # The finished paragraph is appended to the reused context, though someone edited the
+    # title meanwhile: the model evaluates only the new paragraph, not everything again.
+    builder = ContextBuilder(count)
+    regions = RegionIndex(count)
+    memo = ContextMemo()
+    text = "Title\n\nFirst paragraph.\n\nThe writer finishes this one."
+    first = builder.complete(regions, text, len(text), memo).text
+    text = text.replace("Title", "Title, edited") + "\n\nAnd starts"
+    regions.mark_dirty()
+    second = builder.complete(regions, text, len(text), memo)
+    assert second.text.startswith(first) and second.text.endswith("one.\n\nAnd starts")
+    assert "Title, edited" not in second.text  # reused as it was, refreshed later
+    regions.mark_dirty()
+    third = builder.complete(regions, text + " again", len(text) + 6, memo).text
+    assert third.startswith(second.text)
+
+
+def test_a_document_past_the_budget_is_not_rebuilt_at_every_new_paragraph() -> None:
+    def rebuilds(fill: float) -> int:
+        builder = ContextBuilder(count, budget_tokens=200, memo_max_age=1e9, fill=fill)
+        regions, memo = RegionIndex(count), ContextMemo()
+        text, previous, changed = "Title\n\n", "", 0
+        for n in range(30):  # 30 paragraphs of ~25 tokens: 4 budgets' worth
+            text += f"Paragraph {n} " + "word " * 18 + ".\n\nNext"
+            regions.mark_dirty()
+            prompt = builder.complete(regions, text, len(text), memo, refresh=False).text
+            pairs = enumerate(zip(previous, prompt, strict=False))
+            shared = next((i for i, (a, b) in pairs if a != b), len(previous))
+            kept = shared - len(COMPLETE_PREFIX)
+            changed += kept < 40  # the prompt changed right after the fixed prefix
+            previous = prompt
+        return changed
+
+    assert rebuilds(1.0) >= 20  # filled to the brim: the oldest paragraph goes every time
+    assert rebuilds(0.6) <= 8
+
+
+def test_a_request_keeps_a_stale_context_warm_and_a_refresh_rebuilds_it() -> None:
+    builder = ContextBuilder(count, memo_ttl=0.0, memo_max_age=60.0)
+    regions = RegionIndex(count)
+    memo = ContextMemo()
+    text = "Title\n\nFirst paragraph.\n\nThe writer types here"
+    first = builder.complete(regions, text, len(text), memo, refresh=False).text
+    text = text.replace("Title", "Title, edited") + " and more"
+    regions.mark_dirty()
+    kept = replace(memo)
+    second = builder.complete(regions, text, len(text), kept, refresh=False).text
+    assert second.startswith(first) and "Title, edited" not in second
+    assert not kept.refreshes(memo)
+    fresh = replace(memo)
+    third = builder.complete(regions, text, len(text), fresh, refresh=True).text
+    assert "Title, edited" in third and fresh.refreshes(memo)
 
 
 def test_a_paragraph_that_appears_twice_is_in_the_context_twice() -> None:
