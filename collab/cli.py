@@ -65,6 +65,7 @@ _HELP = {
     "presence_claims_per_subject": "presence client id bindings remembered per token subject",
     "unload_grace": "seconds a document stays loaded after its last editor leaves",
     "compact_threshold": "log entries after which a document's log is folded into a snapshot",
+    "compact_log_ratio": "...once the log also weighs this share of the snapshot (big documents)",
     "max_nesting_depth": "shared types nested deeper than this are refused (stack safety)",
     "max_versions_per_document": "named versions one document may keep (REST /api/versions)",
     "max_version_bytes_per_document": "bytes all named versions of one document may take",

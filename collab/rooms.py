@@ -18,11 +18,12 @@ from pycrdt import Doc
 
 from tether.protocol.update_scan import MalformedUpdate, scan_update
 
+from .compaction import LogSize
 from .hooks import Hooks
 from .metrics import Metrics
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
-from .room import InvalidUpdate, Room, apply_update
+from .room import InvalidUpdate, Room, StoredDocument, apply_update
 from .storage import Store
 from .update_guard import MissingDependencies, UpdateGuard, UpdateRefused
 
@@ -40,6 +41,7 @@ class RoomManager:
         metrics: Metrics,
         unload_grace: float,
         compact_threshold: int,
+        compact_log_ratio: float = 1.0,
         max_nesting_depth: int = 128,
         presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
@@ -54,6 +56,7 @@ class RoomManager:
         self._metrics = metrics
         self._unload_grace = unload_grace
         self._compact_threshold = compact_threshold
+        self._compact_log_ratio = compact_log_ratio
         self._max_nesting_depth = max_nesting_depth
         self._rooms: dict[str, Room] = {}
         self._loading: dict[str, asyncio.Future[Room]] = {}
@@ -174,41 +177,43 @@ class RoomManager:
         if self._loading.get(name) is future:
             del self._loading[name]
 
-    async def _read(self, name: str) -> tuple[Doc, UpdateGuard, int]:
-        """The stored document, through a fresh guard, and how many log entries it has."""
+    async def _read(self, name: str) -> StoredDocument:
+        """The stored document, through a fresh guard, and the size of its log."""
         updates = await self._store.load(name)
-        doc = Doc()
-        guard = UpdateGuard(self._max_nesting_depth)
+        stored = StoredDocument(Doc(), UpdateGuard(self._max_nesting_depth))
         for update in updates:
-            _load_stored(name, doc, guard, update)
-        return doc, guard, max(len(updates) - 1, 0)
-
-    async def _reread(self, name: str) -> tuple[Doc, UpdateGuard]:
-        doc, guard, _ = await self._read(name)
-        return doc, guard
+            if not _load_stored(name, stored.doc, stored.guard, update):
+                stored.pending.append(update)
+        # The store gives the snapshot first; a document never folded has none, and its first
+        # entry is counted as one (it only makes the first fold a little early or late).
+        head = len(updates[0]) if updates else 0
+        stored.log = LogSize(max(len(updates) - 1, 0), sum(len(u) for u in updates) - head, head)
+        return stored
 
     async def _load(self, name: str) -> Room:
         started = time.perf_counter()
-        doc, guard, log_entries = await self._read(name)
+        stored = await self._read(name)
         log.info(
             "loaded document %r (%d log entries) in %.1f ms",
             name,
-            log_entries,
+            stored.log.entries,
             (time.perf_counter() - started) * 1000,
         )
         room = Room(
             name,
-            doc,
+            stored.doc,
             self._store,
             hooks=self._hooks,
             metrics=self._metrics,
             compact_threshold=self._compact_threshold,
-            guard=guard,
-            log_entries=log_entries,
+            compact_log_ratio=self._compact_log_ratio,
+            guard=stored.guard,
+            log=stored.log,
+            pending=stored.pending,
             presence_limits=self._presence_limits,
             claims=self._claims,
             max_message_bytes=self._max_message_bytes,
-            reload=lambda: self._reread(name),
+            reload=lambda: self._read(name),
         )
         room.on_empty = self._schedule_unload
         self._rooms[name] = room
@@ -246,7 +251,7 @@ class RoomManager:
     async def _unload(self, room: Room) -> None:
         try:
             await room.flush()
-            if room.log_entries:
+            if room.compaction_due_at_unload():
                 await room.compact()
             await self._hooks.on_unload(room)
         except Exception:
@@ -264,7 +269,7 @@ class RoomManager:
         self._unload_timers.clear()
         for room in list(self._rooms.values()):
             await room.flush()
-            if room.log_entries:
+            if room.compaction_due_at_unload():
                 await room.compact()
         if self._unloading:
             await asyncio.gather(*self._unloading.values(), return_exceptions=True)
@@ -276,21 +281,23 @@ class DocumentQuarantined(Exception):
     untouched for the operator; it is never applied, so no edit or delete can crash on it."""
 
 
-def _load_stored(name: str, doc: Doc, guard: UpdateGuard, update: bytes) -> None:
-    """Apply one stored update through the same checks as a live one."""
+def _load_stored(name: str, doc: Doc, guard: UpdateGuard, update: bytes) -> bool:
+    """Apply one stored update through the same checks as a live one; False if it was
+    applied as pending (its dependencies missing)."""
     try:
         scan = scan_update(update)
         parents = guard.check(scan)
     except MissingDependencies:
         # Stored before the guard refused such updates: yrs parks it as pending, as it did.
         log.warning("a stored update of %r has missing dependencies; applied as pending", name)
-        _apply_stored(name, doc, update)
-        return
+        applied = _apply_stored(name, doc, update)
+        return not applied  # one yrs cannot read is skipped, as before: nothing to keep
     except (MalformedUpdate, UpdateRefused) as exc:
         log.error("document %r is quarantined: %s", name, exc)
         raise DocumentQuarantined(f"document {name!r} is quarantined: {exc}") from exc
     if _apply_stored(name, doc, update):
         guard.admit(scan, parents)
+    return True
 
 
 def _apply_stored(name: str, doc: Doc, update: bytes) -> bool:
