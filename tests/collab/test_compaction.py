@@ -144,3 +144,34 @@ async def test_another_nodes_update_applied_as_pending_is_never_folded_away() ->
         assert second in await store.load("doc")
         room.detach(peer)
         await manager.close()
+
+
+async def test_a_big_stored_document_loads_whole_with_its_log_counted_and_its_pending_kept():
+    """Past 64 KB the document is read in a worker thread (collab.rooms): the same doc, guard,
+    log size and pending updates as on the event loop."""
+    first, second = dependent_pair()
+    async with MemoryStore() as store:
+        author = Doc()
+        big = edit("x" * 100_000, author)
+        await store.append("doc", big)
+        await store.compact("doc", author.get_update())
+        await store.append("doc", edit("y", author))
+        await store.append("doc", second)
+        manager = RoomManager(
+            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=2
+        )
+        room = await manager.acquire("doc")
+        assert str(room.doc.get("content", type=Text)) == "x" * 100_000 + "y"
+        assert room.log_size.entries == 2 and room.log_size.snapshot_bytes > 100_000
+        capture = Capture()
+        peer = make_peer(capture)
+        room.attach(peer)
+        room.handle_sync(peer, SyncUpdate(edit("z", author)))  # the guard knows what it builds on
+        room.handle_sync(peer, SyncUpdate(first))
+        await room.flush()
+        assert capture.statuses() == [True, True]
+        text = str(room.doc.get("content", type=Text))
+        assert "x" * 100_000 + "yz" in text and "hello world" in text
+        room.detach(peer)
+        await manager.close()
+        assert "hello world" in text_of(await store.load("doc"))
