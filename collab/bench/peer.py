@@ -99,3 +99,9 @@ class BenchPeer:
         """Drop the TCP connection without a close frame, as a phone going out of range does."""
         self._reader.cancel()
         self.ws.transport.abort()
+
+    def go_silent(self) -> None:
+        """Stop reading and writing but keep the socket: to the server, a peer that vanished
+        without any FIN or RST (its kernel still acknowledges, so buffers do not fill)."""
+        self._reader.cancel()
+        self.ws.transport.pause_reading()
