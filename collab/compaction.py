@@ -17,7 +17,7 @@ and typing into that document folds it every ~20,000 edits, not every 500.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 ENTRY_BYTES = 1024
 
@@ -25,11 +25,14 @@ ENTRY_BYTES = 1024
 @dataclass(slots=True)
 class LogSize:
     """A document's log as its room counts it: entries (as the store counts them), bytes since
-    the last fold (counted when each append is called), and the snapshot's bytes."""
+    the last fold (counted when each append is called), and the snapshot's bytes; and the
+    updates in it that yrs holds as pending, which no fold may drop (collab.pending_updates)."""
 
     entries: int = 0
     bytes: int = 0
     snapshot_bytes: int = 0
+    pending: list[bytes] = field(default_factory=list)
+    retry_at: int = 0  # entries: a fold held back by a pending update is tried again then
 
 
 @dataclass(frozen=True, slots=True)

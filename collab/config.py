@@ -84,6 +84,9 @@ class Settings:
     presence_claims: int = 65536
     presence_claims_per_subject: int = 256
     unload_grace: float = 5.0
+    # "freeze": what survives a full garbage collection is frozen, and complete walks come
+    # only after enough churn (collab.gc_policy); "default": CPython's own.
+    gc_policy: str = "freeze"
     compact_threshold: int = 500
     # ... and once the log weighs this share of the snapshot (collab.compaction): folding a big
     # document costs the whole document, so it must come after writing that grows with it.
@@ -251,6 +254,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ai_stop": ("word", "phrase", "sentence", "tokens"),
     "ai_heal": ("on", "off"),
     "openai_api": ("chat", "completions"),
+    "gc_policy": ("freeze", "default"),
 }
 
 

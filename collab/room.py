@@ -68,9 +68,7 @@ class StoredDocument:
 
     doc: Doc
     guard: UpdateGuard
-    log: LogSize = field(default_factory=LogSize)
-    # Updates yrs parked as pending while loading (collab.pending_updates)
-    pending: list[bytes] = field(default_factory=list)
+    log: LogSize = field(default_factory=LogSize)  # with the updates yrs parked as pending
 
 
 # Reads the document back from storage: what a reload starts from.
@@ -140,7 +138,6 @@ class Room:
         compact_log_ratio: float = 1.0,
         guard: UpdateGuard | None = None,
         log: LogSize | None = None,
-        pending: list[bytes] | None = None,
         presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
         max_message_bytes: int = 1024 * 1024,
@@ -155,11 +152,9 @@ class Room:
         self._hooks = hooks
         self._metrics = metrics
         self._compaction = CompactionPolicy(compact_threshold, compact_log_ratio)
+        # Sizes, and updates applied as pending (no fold while one still is). Few attributes:
+        # past 28 each room's dict outgrew its shared keys (+1.1 KB per document).
         self._log = log or LogSize()
-        # Applied as pending (their dependencies missing): no fold while one still is.
-        self._pending_updates = pending or []
-        self._pending_logged = False
-        self._fold_retry_at = 0  # log entries: a fold held back by those is tried again then
         self._acks: dict[Peer, _AckQueue] = {}
         self._pending_writes: set[asyncio.Future[Any]] = set()
         self._pending_appends: set[asyncio.Future[int]] = set()  # the updates among those
@@ -382,7 +377,7 @@ class Room:
                 try:
                     stored = await self._reload()
                     self.doc, self.guard = stored.doc, stored.guard
-                    self._log, self._pending_updates = stored.log, stored.pending
+                    self._log = stored.log
                     break
                 except StorageError:
                     # After a lost write the old doc must not be served on: what builds on
@@ -473,7 +468,7 @@ class Room:
             applied
             and not self.deleted
             and self._compaction.due(self._log)
-            and self._log.entries >= self._fold_retry_at
+            and self._log.entries >= self._log.retry_at
             and not self._compacting
             and self._reloading is None
         ):
@@ -490,8 +485,8 @@ class Room:
             return  # a snapshot now would bring the deleted document back
         self._compacting = True
         try:
-            if self._pending_updates and self._holds_pending():
-                self._fold_retry_at = self._log.entries + self._compaction.min_entries
+            if self._log.pending and self._holds_pending():
+                self._log.retry_at = self._log.entries + self._compaction.min_entries
                 return
             size = self._log
             folded = size.bytes
@@ -518,16 +513,15 @@ class Room:
     def _holds_pending(self) -> bool:
         """Whether an update yrs parked as pending is still not in the document: a snapshot
         would leave it out, so the log (which has it) must stay until it is."""
-        self._pending_updates = still_pending(self.doc.get_state(), self._pending_updates)
-        if self._pending_updates and not self._pending_logged:
-            self._pending_logged = True
+        self._log.pending = still_pending(self.doc.get_state(), self._log.pending)
+        if self._log.pending:  # once per try: at most every --compact-threshold appends
             log.warning(
                 "%r holds %d update(s) whose dependencies never arrived: its log is not"
                 " compacted until they do",
                 self.name,
-                len(self._pending_updates),
+                len(self._log.pending),
             )
-        return bool(self._pending_updates)
+        return bool(self._log.pending)
 
     async def flush(self) -> None:
         """Wait until every update received so far is durable."""
@@ -575,7 +569,7 @@ class Room:
                 return False
             log.warning("a committed update of %r lacks dependencies: pending", self.name)
             apply_update(self.doc, update, origin=origin)
-            self._pending_updates.append(update)
+            self._log.pending.append(update)
             self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
             return True
         except (MalformedUpdate, UpdateRefused) as exc:

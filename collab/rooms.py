@@ -18,7 +18,7 @@ from pycrdt import Doc
 
 from tether.protocol.update_scan import MalformedUpdate, scan_update
 
-from .compaction import LogSize
+from . import gc_policy
 from .hooks import Hooks
 from .metrics import Metrics
 from .presence import PresenceLimits
@@ -167,6 +167,7 @@ class RoomManager:
             self._cancel_unload_timer(name)
             if self._rooms.get(name) is room:
                 del self._rooms[name]
+                gc_policy.finished()
             self._metrics.rooms.set(len(self._rooms))
             for peer in list(room.peers):
                 if peer.revoke is not None:
@@ -195,11 +196,13 @@ class RoomManager:
         stored = StoredDocument(Doc(), UpdateGuard(self._max_nesting_depth))
         for update in updates:
             if not _load_stored(name, stored.doc, stored.guard, update):
-                stored.pending.append(update)
+                stored.log.pending.append(update)
         # The store gives the snapshot first; a document never folded has none, and its first
         # entry is counted as one (it only makes the first fold a little early or late).
         head = len(updates[0]) if updates else 0
-        stored.log = LogSize(max(len(updates) - 1, 0), sum(len(u) for u in updates) - head, head)
+        stored.log.entries = max(len(updates) - 1, 0)
+        stored.log.bytes = sum(len(u) for u in updates) - head
+        stored.log.snapshot_bytes = head
         return stored
 
     async def _load(self, name: str) -> Room:
@@ -221,7 +224,6 @@ class RoomManager:
             compact_log_ratio=self._compact_log_ratio,
             guard=stored.guard,
             log=stored.log,
-            pending=stored.pending,
             presence_limits=self._presence_limits,
             claims=self._claims,
             max_message_bytes=self._max_message_bytes,
@@ -229,6 +231,7 @@ class RoomManager:
         )
         room.on_empty = self._schedule_unload
         self._rooms[name] = room
+        gc_policy.started()
         self._metrics.rooms.set(len(self._rooms))
         await self._hooks.on_load(room)
         # Nobody may attach: unload it after the grace period like any emptied room.
@@ -271,6 +274,7 @@ class RoomManager:
         finally:
             if self._rooms.get(room.name) is room:
                 del self._rooms[room.name]
+                gc_policy.finished()
                 log.info("unloaded document %r", room.name)
             self._metrics.rooms.set(len(self._rooms))
 

@@ -21,6 +21,7 @@ from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from . import gc_policy
 from .connection_timer import ConnectionTimer
 from .slim_event import SlimEvent
 
@@ -125,12 +126,19 @@ class SlimWebSocketsProtocol(WebSocketsSansIOProtocol):
         self.writable = SlimEvent()  # type: ignore[assignment]
         self.writable.set()
 
-    async def run_asgi(self) -> None:
-        try:
-            await super().run_asgi()
-        finally:
-            if not self.disconnected:
-                _abort_if_lingering(self, self.ping_timeout or _LINGER_S)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        gc_policy.started()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        gc_policy.finished()
+
+    def on_task_complete(self, task: asyncio.Task[None]) -> None:
+        # The app has ended (a done-callback, not one more coroutine level under every socket).
+        super().on_task_complete(task)
+        if not self.disconnected:
+            _abort_if_lingering(self, self.ping_timeout or _LINGER_S)
 
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
