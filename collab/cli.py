@@ -64,7 +64,9 @@ _HELP = {
     "presence_claims": "presence client id bindings remembered in all",
     "presence_claims_per_subject": "presence client id bindings remembered per token subject",
     "unload_grace": "seconds a document stays loaded after its last editor leaves",
+    "gc_policy": "'freeze': full garbage collections walk only what is new (shorter pauses)",
     "compact_threshold": "log entries after which a document's log is folded into a snapshot",
+    "compact_log_ratio": "...once the log also weighs this share of the snapshot (big documents)",
     "max_nesting_depth": "shared types nested deeper than this are refused (stack safety)",
     "max_versions_per_document": "named versions one document may keep (REST /api/versions)",
     "max_version_bytes_per_document": "bytes all named versions of one document may take",
@@ -357,7 +359,9 @@ def _serve(args: argparse.Namespace) -> int:
     redact_tokens_in_logs()
     from .serving import AnnouncingServer
 
-    server = AnnouncingServer(config, Path(settings.data_dir).resolve())
+    server = AnnouncingServer(
+        config, Path(settings.data_dir).resolve(), gc_freeze=settings.gc_policy == "freeze"
+    )
     server.run()
     return 0 if server.started else 1
 

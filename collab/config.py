@@ -84,7 +84,13 @@ class Settings:
     presence_claims: int = 65536
     presence_claims_per_subject: int = 256
     unload_grace: float = 5.0
+    # "freeze": what survives a full garbage collection is frozen, and complete walks come
+    # only after enough churn (collab.gc_policy); "default": CPython's own.
+    gc_policy: str = "freeze"
     compact_threshold: int = 500
+    # ... and once the log weighs this share of the snapshot (collab.compaction): folding a big
+    # document costs the whole document, so it must come after writing that grows with it.
+    compact_log_ratio: float = 1.0
     # Shared types nested deeper than this are refused before they are applied or stored (yrs
     # deletes nested types recursively; ~50,000 levels overflow its stack). Editors nest < 30.
     max_nesting_depth: int = 128
@@ -209,6 +215,8 @@ class Settings:
             raise ValueError("ai_worker_nice must be between 0 and 19")
         if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1:
             raise ValueError("ai_stall_timeout must be positive and ai_crash_limit at least 1")
+        if self.compact_threshold < 1 or self.compact_log_ratio < 0:
+            raise ValueError("compact_threshold must be >= 1 and compact_log_ratio >= 0")
         if not 1 <= self.max_nesting_depth <= 10_000:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
         if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
@@ -250,6 +258,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ai_heal": ("on", "off"),
     "ai_junk_filter": ("on", "off"),
     "openai_api": ("chat", "completions"),
+    "gc_policy": ("freeze", "default"),
 }
 
 

@@ -114,4 +114,13 @@ class ConnectionTimer:
         self.arm(time.monotonic() + delay)
 
     def cancel(self) -> None:
-        self.bucket = None  # its entry is skipped when its bucket comes
+        """For good: the callback (a bound method of its connection) is let go at once. The
+        wheel keeps the entry until its bucket comes, and any entry filed for a later deadline
+        too: holding the callback, they kept each ended connection's whole object graph
+        (protocol, transport, buffers) alive for up to the idle timeout after it closed."""
+        self.bucket = None  # its entries are skipped when their buckets come
+        self.callback = _cancelled
+
+
+def _cancelled() -> None:
+    pass

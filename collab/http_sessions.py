@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from prometheus_client import Counter, Gauge
 
+from . import gc_policy
 from .address_limit import ConnectionsPerAddress
 from .config import Settings
 from .context import ServerContext
@@ -118,6 +119,7 @@ class HttpSessions:
             on_full=self._replay_full,
         )
         self._sessions[session.id] = session
+        gc_policy.started()
         self.open_gauge.set(len(self._sessions))
         assert self._ctx is not None, "sessions are created only while the server runs"
         task = asyncio.ensure_future(self._run(session, self._ctx, connection))
@@ -146,6 +148,7 @@ class HttpSessions:
     def _drop(self, session: HttpSession) -> None:
         if self._sessions.pop(session.id, None) is not None:
             self._per_address.leave(session.address)
+            gc_policy.finished()
         session.end()
         session.release()
         self._full_logged.pop(session.id, None)

@@ -18,6 +18,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from . import gc_pauses
 from .version import VERSION
 
 # A "_created" series per counter doubles what every scrape carries and no dashboard reads it.
@@ -109,6 +110,8 @@ class Metrics:
             registry=r,
         )
         self.build_info.labels(*build_labels()).set(1)
+        gc_pauses.install()
+        r.register(gc_pauses.GcPauseCollector())
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -276,6 +276,7 @@ class TetherServer:
             metrics=self.metrics,
             unload_grace=settings.unload_grace,
             compact_threshold=settings.compact_threshold,
+            compact_log_ratio=settings.compact_log_ratio,
             max_nesting_depth=settings.max_nesting_depth,
             max_message_bytes=settings.max_outgoing_message_bytes,
             presence_limits=PresenceLimits(

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import uvicorn
 
+from . import gc_policy
+
 log = logging.getLogger("tether")
 
 
@@ -17,9 +19,10 @@ class AnnouncingServer(uvicorn.Server):
     """Logs "tether serving on ..." after the bind (a failed bind never claims to serve), with
     the port the kernel chose when 0 was asked for."""
 
-    def __init__(self, config: uvicorn.Config, data_dir: Path) -> None:
+    def __init__(self, config: uvicorn.Config, data_dir: Path, *, gc_freeze: bool = True) -> None:
         super().__init__(config)
         self._data_dir = data_dir
+        self._gc_freeze = gc_freeze
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -30,6 +33,8 @@ class AnnouncingServer(uvicorn.Server):
         # long with thousands of idle sockets: each of their objects is walked too).
         gc.collect()
         gc.freeze()
+        if self._gc_freeze:
+            gc_policy.install()  # and from now on, what survives a full collection (see there)
         for listener in self.servers:
             for bound in listener.sockets:
                 host, port = bound.getsockname()[:2]

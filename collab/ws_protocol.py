@@ -16,10 +16,12 @@ get the saving.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
+from . import gc_policy
 from .connection_timer import ConnectionTimer
 from .slim_event import SlimEvent
 
@@ -124,6 +126,20 @@ class SlimWebSocketsProtocol(WebSocketsSansIOProtocol):
         self.writable = SlimEvent()  # type: ignore[assignment]
         self.writable.set()
 
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        gc_policy.started()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        gc_policy.finished()
+
+    def on_task_complete(self, task: asyncio.Task[None]) -> None:
+        # The app has ended (a done-callback, not one more coroutine level under every socket).
+        super().on_task_complete(task)
+        if not self.disconnected:
+            _abort_if_lingering(self, self.ping_timeout or _LINGER_S)
+
     def handle_connect(self, event: Any) -> None:
         super().handle_connect(event)
         # The scope holds the headers the app sees; the parsed request is not read again, but
@@ -146,3 +162,28 @@ class SlimWebSocketsProtocol(WebSocketsSansIOProtocol):
             # tether's app reads the scope's headers before it accepts, and keeps the list
             # itself when a hook may read them (collab.server._connection_info).
             self.scope["headers"] = []
+
+
+# How long a connection whose app has ended may take to flush its close (when no idle timeout
+# is configured; with one, that timeout: a peer silent that long is gone).
+_LINGER_S = 30.0
+
+
+def _abort_if_lingering(protocol: SlimWebSocketsProtocol, delay: float) -> None:
+    """Abort the transport if it is still open ``delay`` seconds after the app ended.
+
+    uvicorn only ever calls ``transport.close()``, which waits for the write buffer to drain.
+    A peer that vanished without a FIN or RST (a phone out of range), or one that stops reading
+    while it is sent to, never drains it: the kernel keeps probing its zero window, and the
+    socket, its buffers and the protocol's objects stayed, long after the connection was closed
+    and uncounted, and for as long as the peer held its end. Held weakly: a connection that
+    closed normally is not kept for the delay.
+    """
+    held = weakref.ref(protocol)
+
+    def abort() -> None:
+        lingering = held()
+        if lingering is not None and not lingering.disconnected:
+            lingering.transport.abort()
+
+    ConnectionTimer(abort).arm_in(delay)

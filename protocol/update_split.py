@@ -236,6 +236,8 @@ def _read_struct(
 def utf16_length(text: bytes) -> int:
     """A UTF-8 string's length in clocks: UTF-16 code units (a four-byte sequence, outside the
     BMP, is a surrogate pair)."""
+    if text.isascii():
+        return len(text)
     try:
         points = len(text.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -164,6 +164,45 @@ async def test_compaction_folds_the_log_into_a_snapshot_and_keeps_the_content(
             assert str(reopened) == expected
 
 
+async def test_a_big_documents_log_is_folded_by_its_weight_and_every_edit_survives(
+    fresh_server: ServerProcess,
+):
+    """Compaction (collab.compaction): a few keystrokes do not rewrite a big snapshot, neither
+    while the document is open nor when it unloads; a log that outweighs it is folded."""
+    fresh_server.settings.update(compact_threshold=5, unload_grace=0.2)
+    fresh_server.start()
+    name = "weighed"
+    token = fresh_server.token([name])
+
+    async def type_acked(doc: RawDoc, chunks: list[str]) -> None:
+        for chunk in chunks:
+            await doc.append(chunk)
+        await doc.wait_acked()
+        await doc.append(".")  # acked after anything a fold called before it (one FIFO)
+        await doc.wait_acked()
+
+    with anyio.fail_after(60):
+        async with await MuxPeer.connect(fresh_server.ws_url) as peer:
+            doc = await peer.open(name, token)
+            await type_acked(doc, ["a" * 300_000, "b", "c", "d", "e"])  # 5 entries: folded
+            snapshot, log = read_db(fresh_server.data_dir, name)
+            assert snapshot is not None and len(snapshot) > 300_000 and len(log) == 1
+            await type_acked(doc, list("fghijklmnopqrstuvwxyz"))
+            assert len(read_db(fresh_server.data_dir, name)[1]) == 23, "no 300 KB rewrite"
+        await poll_loaded(fresh_server, 0, timeout=10)
+        snapshot, log = read_db(fresh_server.data_dir, name)
+        assert len(log) == 23, "unloading did not rewrite it either"
+        async with await MuxPeer.connect(fresh_server.ws_url) as peer:
+            doc = await peer.open(name, token)
+            await type_acked(doc, ["y" * 400_000])  # outweighs the snapshot: folded
+            snapshot, log = read_db(fresh_server.data_dir, name)
+            assert snapshot is not None and len(snapshot) > 700_000 and len(log) == 1
+            expected = str(doc)
+        fresh_server.kill()
+        fresh_server.start()
+        assert await rest_text(fresh_server, name) == expected
+
+
 async def documents_loaded(server: ServerProcess) -> int:
     async with httpx.AsyncClient(timeout=2) as http:
         response = await http.get(f"{server.http_url}/health")

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import anyio
+import psutil
 import pytest
 from pycrdt import Doc, Text
 from websockets.asyncio.client import connect
@@ -267,6 +268,32 @@ async def test_a_client_that_stops_reading_is_closed_with_1013_and_the_flooder_i
             assert slow.protocol.close_rcvd is not None, "no close frame"
             assert slow.protocol.close_rcvd.code == 1013, slow.protocol.close_rcvd
             assert received < FLOOD_UPDATES * FLOOD_CHUNK, "frames after the overflow were dropped"
+
+
+async def test_a_closed_socket_whose_peer_takes_nothing_is_released_after_the_idle_timeout(
+    tmp_path,
+):
+    """A peer that stops reading while it is sent to, or vanished without a FIN or RST: the
+    server's close can never drain, and the socket (its buffers, the protocol's objects) was
+    kept for as long as the peer held its end. Now it is aborted an idle timeout later."""
+    name = unique("linger")
+    with ServerProcess(tmp_path, send_queue_frames=64, ping_interval=1, idle_timeout=3) as srv:
+        token = srv.token([name])
+        server = psutil.Process(srv.proc.pid)
+        slow = await open_non_reading_socket(srv, "ws", name, token)
+        port = slow.transport.get_extra_info("sockname")[1]
+
+        def held() -> bool:
+            return any(c.raddr and c.raddr.port == port for c in server.net_connections())
+
+        with anyio.fail_after(60):
+            async with await MuxPeer.connect(srv.ws_url) as flooder:
+                await flood(await flooder.open(name, token))  # overflows it: closed with 1013
+        # Before: kept until the kernel gave up on it (~50 s on loopback, minutes on a network).
+        with anyio.fail_after(20):
+            while held():  # while the peer holds its end, reading nothing
+                await anyio.sleep(0.2)  # polling the server's sockets; there is no event
+        slow.transport.abort()
 
 
 @pytest.mark.parametrize("endpoint", ["ws", "yjs"])

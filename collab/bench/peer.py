@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection
 
-from tether.protocol.messages import PONG_FRAME, AuthToken, Sync, decode_frame
+from tether.protocol.messages import PONG_FRAME, AuthToken, Sync, SyncStatus, decode_frame
 from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate
 
 
@@ -24,6 +24,9 @@ class BenchPeer:
         self.text = self.doc.get("content", type=Text)
         self._got_step2 = asyncio.Event()
         self.on_update: Callable[[bytes], None] | None = None  # called as each update arrives
+        self.updates_received = 0
+        self.acks = 0  # SyncStatus frames received
+        self._arrived = asyncio.Event()  # set on each update or ack that arrives
         self._reader = asyncio.ensure_future(self._read())
 
     async def open(self, token: str) -> None:
@@ -56,11 +59,22 @@ class BenchPeer:
         except Exception:  # closed under us (the server went away, or vanish()): just stop
             return
 
+    async def wait_for(self, updates: int = 0, acks: int = 0, timeout: float = 300.0) -> None:
+        """Returns once this many updates (from others) and acks have arrived in all."""
+        async with asyncio.timeout(timeout):
+            while self.updates_received < updates or self.acks < acks:
+                self._arrived.clear()
+                await self._arrived.wait()
+
     async def _on_frame(self, data: bytes) -> None:
         if data == b"\x09":
             await self.ws.send(PONG_FRAME)
             return
         message = decode_frame(data)
+        if isinstance(message, SyncStatus):
+            self.acks += 1
+            self._arrived.set()
+            return
         if not isinstance(message, Sync):
             return
         sync = message.message
@@ -71,6 +85,8 @@ class BenchPeer:
             if self.on_update is not None:
                 self.on_update(sync.update)
             self.doc.apply_update(sync.update)
+            self.updates_received += 1
+            self._arrived.set()
         elif isinstance(sync, SyncStep1):
             reply = self.doc.get_update(sync.state_vector)
             await self.ws.send(Sync(self.name, SyncStep2(reply)).encode())
@@ -83,3 +99,9 @@ class BenchPeer:
         """Drop the TCP connection without a close frame, as a phone going out of range does."""
         self._reader.cancel()
         self.ws.transport.abort()
+
+    def go_silent(self) -> None:
+        """Stop reading and writing but keep the socket: to the server, a peer that vanished
+        without any FIN or RST (its kernel still acknowledges, so buffers do not fill)."""
+        self._reader.cancel()
+        self.ws.transport.pause_reading()

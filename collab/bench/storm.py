@@ -5,6 +5,10 @@ edit, waits for the server to have it (a round trip), then drops its TCP connect
 close frame. After every round the server's RSS is read; after the last, the driver waits for
 every document to unload (``tether_documents_loaded`` reaches 0) and reads RSS again. A server
 that leaks per connection or per document shows it here. A benchmark, not a test.
+
+``--vanish silent``: clients stop reading and writing but keep their sockets, as after losing
+the network with no FIN or RST: only the server's idle timeout ends them, so documents unload
+an idle timeout plus the grace after the last round.
 """
 
 from __future__ import annotations
@@ -31,18 +35,28 @@ def add_storm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--concurrency", type=int, default=100, help="connects in flight")
     parser.add_argument("--unload-grace", type=float, default=5.0, help="the server's grace")
+    parser.add_argument(
+        "--vanish", choices=["rst", "silent"], default="rst", help="how clients disappear"
+    )
+    parser.add_argument("--idle-timeout", type=float, default=45.0, help="the server's")
     parser.add_argument("--json", dest="json_out", default="bench-storm.json")
     parser.add_argument("--png", dest="png_out", default="bench-storm.png")
 
 
-async def _one_client(url: str, token: str, name: str, gate: asyncio.Semaphore) -> None:
+async def _one_client(
+    url: str, token: str, name: str, gate: asyncio.Semaphore, silent: list[BenchPeer] | None = None
+) -> None:
     async with gate:
         ws = await connect(url, max_size=None, compression=None, open_timeout=60)
         peer = BenchPeer(ws, name)
         await peer.open(token)
         await peer.append("x")
         await peer.round_trip()
-        peer.vanish()
+        if silent is None:
+            peer.vanish()
+        else:
+            peer.go_silent()
+            silent.append(peer)  # the socket stays open until the bench ends
 
 
 async def _loaded_documents(http_url: str) -> int:
@@ -59,13 +73,14 @@ async def drive(args: argparse.Namespace, server: ServerProcess) -> dict[str, An
     process = psutil.Process(server.proc.pid)
     token = server.token(["*"])
     gate = asyncio.Semaphore(args.concurrency)
+    silent: list[BenchPeer] | None = [] if args.vanish == "silent" else None
     rounds: list[dict[str, float]] = []
     rss_start = process.memory_info().rss / 2**20
     for number in range(1, args.rounds + 1):
         started = time.perf_counter()
         await asyncio.gather(
             *(
-                _one_client(server.ws_url, token, f"storm-{k % args.docs}", gate)
+                _one_client(server.ws_url, token, f"storm-{k % args.docs}", gate, silent)
                 for k in range(args.clients)
             )
         )
@@ -78,15 +93,18 @@ async def drive(args: argparse.Namespace, server: ServerProcess) -> dict[str, An
         )
         print(json.dumps(rounds[-1]), flush=True)
     waited_from = time.perf_counter()
-    deadline = waited_from + args.unload_grace * 4 + 60
+    deadline = waited_from + args.unload_grace * 4 + args.idle_timeout + 60
     loaded = await _loaded_documents(server.http_url)
     while loaded and time.perf_counter() < deadline:
         await asyncio.sleep(0.5)  # polling an external process's gauge; not a test
         loaded = await _loaded_documents(server.http_url)
     rss_end = round(process.memory_info().rss / 2**20, 1)
     first = rounds[0]["rss_mb"] if rounds else rss_start
+    for peer in silent or ():
+        peer.vanish()
+    keys = ("clients", "docs", "rounds", "unload_grace", "vanish", "idle_timeout")
     return {
-        "settings": {k: getattr(args, k) for k in ("clients", "docs", "rounds", "unload_grace")},
+        "settings": {k: getattr(args, k) for k in keys},
         "rss_mb_at_start": round(rss_start, 1),
         "rounds": rounds,
         "documents_loaded_at_end": loaded,
@@ -119,12 +137,15 @@ def _plot(result: dict[str, Any], png_out: str) -> None:
 
 
 def run_storm_bench(args: argparse.Namespace) -> int:
+    silent = args.vanish == "silent"
     with tempfile.TemporaryDirectory() as data_dir:
         server = ServerProcess(
             Path(data_dir),
             ai_provider="none",
             unload_grace=args.unload_grace,
-            max_connections_per_address=args.clients + 64,
+            idle_timeout=args.idle_timeout,
+            # Silent clients stay connected until the idle timeout: every round's at once.
+            max_connections_per_address=args.clients * (args.rounds if silent else 1) + 64,
         )
         with server:
             result = asyncio.run(drive(args, server))
