@@ -11,13 +11,17 @@ Given a synchronous ``write_now`` (``collab.raw_frames``: pre-framed bytes strai
 transport), the frames put during one event-loop turn are written together at the end of it, in
 one write, with no wake-up of the drain task; whenever ``write_now`` refuses (the transport is
 paused or closing) they stay queued, bounded as ever, and the drain task sends them the ordinary
-way. Only one of the two writes at a time, so frames keep their order.
+way. Only one of the two writes at a time, so frames keep their order. One callback per loop turn
+flushes every outbox that got frames in it (``_Turn``): a fan-out to N peers costs one loop
+callback, not N.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import threading
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from .slim_event import SlimEvent
@@ -33,8 +37,48 @@ DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 WRITE_NOW_MAX_BYTES = 256 * 1024
 
 
+log = logging.getLogger(__name__)
+
+
 class SlowConsumer(Exception):
     """The peer reads slower than its documents change; its queue overflowed."""
+
+
+class _Turn:
+    """The outboxes of one event loop with frames put since its last flush callback."""
+
+    __slots__ = ("loop", "outboxes", "scheduled")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.outboxes: list[Outbox] = []
+        self.scheduled = False
+
+    def add(self, outbox: Outbox) -> None:
+        self.outboxes.append(outbox)
+        if not self.scheduled:
+            self.scheduled = True
+            self.loop.call_soon(self.run)
+
+    def run(self) -> None:
+        self.scheduled = False
+        outboxes, self.outboxes = self.outboxes, []
+        for outbox in outboxes:
+            try:
+                outbox._flush()
+            except Exception:  # one broken transport must not keep the others' frames
+                log.exception("writing a connection's frames failed")
+                outbox._ready.set()  # the drain task takes them (and meets the error itself)
+
+
+_turns = threading.local()  # each thread's loop has its own turn
+
+
+def _turn_of(loop: asyncio.AbstractEventLoop) -> _Turn:
+    turn: _Turn | None = getattr(_turns, "turn", None)
+    if turn is None or turn.loop is not loop:
+        turn = _turns.turn = _Turn(loop)
+    return turn
 
 
 class Outbox:
@@ -47,13 +91,13 @@ class Outbox:
         "_flush_scheduled",
         "_frames",
         "_gone",
-        "_loop",
         "_max_bytes",
         "_max_frames",
         "_ready",
         "_send",
         "_tag_of",
         "_tags",
+        "_turn",
         "_write_now",
         "on_overflow",
         "overflow_limit",
@@ -71,7 +115,7 @@ class Outbox:
         self._write_now = write_now
         self._flush_scheduled = False
         self._draining = False  # the drain task is sending: it alone writes until it is done
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._turn: _Turn | None = None  # this loop's flush callback, found on first use
         self._max_frames = max_frames
         self._max_bytes = max_bytes
         self._frames: collections.deque[bytes] = collections.deque()
@@ -109,10 +153,10 @@ class Outbox:
             self._ready.set()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._flush)
+            turn = self._turn
+            if turn is None:
+                turn = self._turn = _turn_of(asyncio.get_running_loop())
+            turn.add(self)
 
     def _flush(self) -> None:
         """End of the loop turn: this turn's frames in one synchronous write, if allowed."""

@@ -30,10 +30,14 @@ EXTENSION = "tether.raw_frames"
 _BINARY_FIN = 0x82
 
 
+# The headers of payloads under 126 bytes (most Yjs updates and acks), made once.
+_SHORT_HEADERS = [bytes((_BINARY_FIN, length)) for length in range(126)]
+
+
 def binary_frame_header(length: int) -> bytes:
     """RFC 6455 5.2 header of one unmasked, final, binary frame carrying ``length`` bytes."""
     if length < 126:
-        return bytes((_BINARY_FIN, length))
+        return _SHORT_HEADERS[length]
     if length < 1 << 16:
         return bytes((_BINARY_FIN, 126)) + length.to_bytes(2, "big")
     return bytes((_BINARY_FIN, 127)) + length.to_bytes(8, "big")
@@ -65,13 +69,21 @@ class RawFramesProtocol(SlimWebSocketsProtocol):
         ordinary way, later)."""
         transport: asyncio.Transport = self.transport
         if (
-            not self.handshake_complete
-            or self.close_sent
+            self.close_sent
+            or not self.handshake_complete
             or self.conn.state is not State.OPEN
             or not self.writable.is_set()
             or transport.is_closing()
         ):
             return False
+        if len(payloads) == 1:  # the common case: one update or ack this turn
+            payload = payloads[0]
+            length = len(payload)
+            if length < 126:
+                transport.write(_SHORT_HEADERS[length] + payload)
+            else:
+                transport.write(binary_frame_header(length) + payload)
+            return True
         parts: list[bytes] = []
         for payload in payloads:
             parts.append(binary_frame_header(len(payload)))
