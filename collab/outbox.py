@@ -8,20 +8,18 @@ the socket has taken it (a peer that never reads holds it there). A frame may ca
 instead of queueing another copy.
 
 Given a synchronous ``write_now`` (``collab.raw_frames``: pre-framed bytes straight to the
-transport), the frames put during one event-loop turn are written together at the end of it, in
-one write, with no wake-up of the drain task; whenever ``write_now`` refuses (the transport is
-paused or closing) they stay queued, bounded as ever, and the drain task sends them the ordinary
-way. Only one of the two writes at a time, so frames keep their order. One callback per loop turn
-flushes every outbox that got frames in it (``_Turn``): a fan-out to N peers costs one loop
-callback, not N.
+transport), a frame put while nothing is queued is handed to the transport at once, with no
+wake-up of the drain task; uvloop (what ``tether serve`` runs) writes each socket's frames of one
+loop turn together at the end of the turn, one syscall per socket. Whenever ``write_now`` refuses
+(the transport is paused or closing) frames stay queued, bounded as ever, and the drain task sends
+them the ordinary way; while any are queued, later frames queue behind them, so frames keep their
+order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import logging
-import threading
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from .slim_event import SlimEvent
@@ -37,48 +35,8 @@ DEFAULT_MAX_BYTES = 8 * 1024 * 1024
 WRITE_NOW_MAX_BYTES = 256 * 1024
 
 
-log = logging.getLogger(__name__)
-
-
 class SlowConsumer(Exception):
     """The peer reads slower than its documents change; its queue overflowed."""
-
-
-class _Turn:
-    """The outboxes of one event loop with frames put since its last flush callback."""
-
-    __slots__ = ("loop", "outboxes", "scheduled")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.outboxes: list[Outbox] = []
-        self.scheduled = False
-
-    def add(self, outbox: Outbox) -> None:
-        self.outboxes.append(outbox)
-        if not self.scheduled:
-            self.scheduled = True
-            self.loop.call_soon(self.run)
-
-    def run(self) -> None:
-        self.scheduled = False
-        outboxes, self.outboxes = self.outboxes, []
-        for outbox in outboxes:
-            try:
-                outbox._flush()
-            except Exception:  # one broken transport must not keep the others' frames
-                log.exception("writing a connection's frames failed")
-                outbox._ready.set()  # the drain task takes them (and meets the error itself)
-
-
-_turns = threading.local()  # each thread's loop has its own turn
-
-
-def _turn_of(loop: asyncio.AbstractEventLoop) -> _Turn:
-    turn: _Turn | None = getattr(_turns, "turn", None)
-    if turn is None or turn.loop is not loop:
-        turn = _turns.turn = _Turn(loop)
-    return turn
 
 
 class Outbox:
@@ -88,7 +46,6 @@ class Outbox:
         "_closed",
         "_draining",
         "_empty",
-        "_flush_scheduled",
         "_frames",
         "_gone",
         "_max_bytes",
@@ -97,7 +54,6 @@ class Outbox:
         "_send",
         "_tag_of",
         "_tags",
-        "_turn",
         "_write_now",
         "on_overflow",
         "overflow_limit",
@@ -113,9 +69,7 @@ class Outbox:
     ) -> None:
         self._send = send
         self._write_now = write_now
-        self._flush_scheduled = False
         self._draining = False  # the drain task is sending: it alone writes until it is done
-        self._turn: _Turn | None = None  # this loop's flush callback, found on first use
         self._max_frames = max_frames
         self._max_bytes = max_bytes
         self._frames: collections.deque[bytes] = collections.deque()
@@ -137,39 +91,34 @@ class Outbox:
         self.overflow_limit = ""
 
     def put(self, frame: bytes) -> None:
+        """Hand ``frame`` to the transport now if nothing is queued, else queue it."""
+        if (
+            not self._frames
+            and self._write_now is not None
+            and not self._draining
+            and not self._closed
+            and len(frame) <= WRITE_NOW_MAX_BYTES
+            and self._write_now((frame,))
+        ):
+            return  # the transport has it
+        self._enqueue(frame)
+
+    def _enqueue(self, frame: bytes) -> bool:
+        """Queue ``frame`` for the drain task; False if it was not (closed, or overflowed)."""
         if self._closed:
-            return
+            return False
         if len(self._frames) >= self._max_frames:
             self._overflow("send_queue_frames")
-            return
+            return False
         # An empty queue takes any one frame: a document larger than the bound still syncs.
         if self._bytes and self._bytes + len(frame) > self._max_bytes:
             self._overflow("send_queue_bytes")
-            return
+            return False
         self._bytes += len(frame)
         self._frames.append(frame)
         self._empty.clear()
-        if self._write_now is None or self._draining:
-            self._ready.set()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            turn = self._turn
-            if turn is None:
-                turn = self._turn = _turn_of(asyncio.get_running_loop())
-            turn.add(self)
-
-    def _flush(self) -> None:
-        """End of the loop turn: this turn's frames in one synchronous write, if allowed."""
-        self._flush_scheduled = False
-        frames = self._frames
-        if not frames:
-            return
-        write_now = self._write_now
-        assert write_now is not None  # only scheduled when there is one
-        if self._draining or self._bytes > WRITE_NOW_MAX_BYTES or not write_now(frames):
-            self._ready.set()  # the drain task takes them, the ordinary way
-            return
-        self._all_sent()
+        self._ready.set()
+        return True
 
     def _all_sent(self) -> None:
         frames = self._frames
@@ -182,9 +131,10 @@ class Outbox:
         self._empty.set()
 
     def put_tagged(self, frame: bytes, tag: Hashable) -> None:
-        """Queue ``frame``; ``holds(tag)`` is True until the socket has taken it."""
-        self.put(frame)
-        if not self._closed:
+        """Queue ``frame``; ``holds(tag)`` is True until the socket has taken it. Always
+        through the queue (these are full-state answers, a few per editor): a repeated request
+        finds its answer still on the way there, however fast the transport takes frames."""
+        if self._enqueue(frame):
             self._tag_of[id(frame)] = tag
             self._tags[tag] += 1
 
@@ -259,8 +209,13 @@ class Outbox:
 
     async def wait_sent(self) -> None:
         """Until every queued frame has reached the socket, or the queue is closed (a sender
-        pacing itself by the socket must not wait forever on a connection that ended)."""
-        if self._closed or self._empty.is_set():
+        pacing itself by the socket must not wait forever on a connection that ended). A frame
+        written straight to the transport is taken at the end of this loop turn: one turn is
+        waited for, so a sender in a loop lets other traffic go between its frames."""
+        if self._closed:
+            return
+        if self._empty.is_set():
+            await asyncio.sleep(0)
             return
         empty = asyncio.ensure_future(self._empty.wait())
         gone = asyncio.ensure_future(self._gone.wait())
