@@ -273,18 +273,20 @@ class SQLiteStore(Store):
     def _take(self) -> tuple[list[_Op], bool]:
         """Block for one op, then take whatever else is queued, up to max_batch."""
         ops: list[_Op] = []
-        item = self._queue.get()
+        waiting = self._queue
+        item = waiting.get()
         while item is not None:
             ops.append(item)
-            if len(ops) >= self._max_batch:
+            if len(ops) >= self._max_batch or waiting.empty():
                 return ops, False
-            try:
-                item = self._queue.get_nowait()
-            except queue.Empty:
-                return ops, False
+            item = waiting.get_nowait()  # this thread is the only consumer: it is there
         return ops, True
 
     def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
+        if not fenced and all(op.kind != "resume" for op in ops):
+            # The usual batch: everything in it runs.
+            self._settle_soon(ops, self._outcomes(writer, ops, fenced))
+            return
         outcome_of: dict[int, object] = {}  # by position in ops: what never reaches the batch
         runnable: list[_Op] = []
         for position, op in enumerate(ops):
@@ -297,20 +299,27 @@ class SQLiteStore(Store):
                 runnable.append(op)
                 if op.kind == "delete":
                     fenced.discard(op.name)  # a re-created document starts afresh
-        outcomes: list[object] = []
-        if runnable:
-            try:
-                outcomes = list(writer.run_batch(runnable))
-                self.commits += 1
-            except Exception as exc:  # the writer must outlive a failed transaction
-                outcomes = [_storage_error(op, exc) for op in runnable]
-                fenced.update(op.name for op in runnable if op.kind == "append")
+        outcomes = self._outcomes(writer, runnable, fenced) if runnable else []
         ran = iter(outcomes)
         settled = [outcome_of[k] if k in outcome_of else next(ran) for k in range(len(ops))]
+        self._settle_soon(ops, settled)
+
+    def _outcomes(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> list[object]:
+        """Run ``ops`` in one transaction: their results, or each its error (and a failed
+        append fences its document)."""
+        try:
+            outcomes = list(writer.run_batch(ops))
+        except Exception as exc:  # the writer must outlive a failed transaction
+            fenced.update(op.name for op in ops if op.kind == "append")
+            return [_storage_error(op, exc) for op in ops]
+        self.commits += 1
+        return outcomes
+
+    def _settle_soon(self, ops: list[_Op], outcomes: list[object]) -> None:
         loop = self._loop
         assert loop is not None  # set before the thread starts
         try:
-            loop.call_soon_threadsafe(_settle, [op.future for op in ops], settled)
+            loop.call_soon_threadsafe(_settle, [op.future for op in ops], outcomes)
         except RuntimeError:
             pass  # the loop is closed: nobody is left waiting for these results
 
