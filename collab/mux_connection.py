@@ -126,9 +126,9 @@ class MuxConnection:
     async def run(self) -> None:
         metrics = self._ctx.metrics
         metrics.connections.labels(self._endpoint).inc()
-        offer = getattr(self._transport, "set_message_sink", None)
-        if offer is not None:
-            offer(self)
+        # Not kept in a local: a bound method held by this frame would cost every idle socket.
+        if hasattr(self._transport, "set_message_sink"):
+            self._transport.set_message_sink(self)  # type: ignore[attr-defined]
         try:
             self._arm_timer(time.monotonic())
             await run_connection(
@@ -140,8 +140,8 @@ class MuxConnection:
                 metrics=metrics,
             )
         finally:
-            if offer is not None:
-                offer(None)  # the transport let go of us: no reference cycle left behind
+            if hasattr(self._transport, "set_message_sink"):  # it lets go: no reference cycle
+                self._transport.set_message_sink(None)  # type: ignore[attr-defined]
             self._timer.cancel()
             self._session.close()  # gives its pre-auth bytes back to the shared budget
             metrics.connections.labels(self._endpoint).dec()

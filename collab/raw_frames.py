@@ -73,21 +73,21 @@ class RawFramesProtocol(SlimWebSocketsProtocol):
     ``write_frames`` and a receive fast path to the app."""
 
     # Slots like the slim protocol's: no instance dict per socket.
-    __slots__ = ("_partial", "_websockets_busy", "message_sink")
+    __slots__ = ("_partial", "message_sink")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._partial = b""  # the start of a frame the fast path has not seen the end of
-        # websockets' parser may be inside a frame (it parsed the handshake, or was handed
-        # bytes that need not end on a frame boundary): the fast path waits until it is not.
-        self._websockets_busy = True
+        # The start of a frame the fast path has not seen the end of; None while websockets'
+        # parser may be inside a frame (it parsed the handshake, or was handed bytes that need
+        # not end on a frame boundary): the fast path waits until it is not.
+        self._partial: bytes | None = None
         self.message_sink: MessageSink | None = None
 
     def data_received(self, data: bytes) -> None:
         if not self._fast():
             super().data_received(data)
             return
-        if self._partial:
+        if self._partial:  # not None: _fast() said so
             data = self._partial + data
             self._partial = b""
         conn = self.conn
@@ -127,15 +127,15 @@ class RawFramesProtocol(SlimWebSocketsProtocol):
             or conn.current_size is not None  # inside a fragmented message: websockets' job
         ):
             return False
-        if self._websockets_busy:
+        if self._partial is None:
             if conn.reader.buffer or not _parser_idle(conn.parser):
                 return False
-            self._websockets_busy = False
+            self._partial = b""
         return True
 
     def _hand_over(self, data: bytes) -> None:
         """Bytes that need not end on a frame boundary, to websockets' parser."""
-        self._websockets_busy = True
+        self._partial = None
         super().data_received(data)
 
     def _deliver(self, data: bytes) -> None:
