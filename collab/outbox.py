@@ -9,11 +9,11 @@ instead of queueing another copy.
 
 Given a synchronous ``write_now`` (``collab.raw_frames``: pre-framed bytes straight to the
 transport), a frame put while nothing is queued is handed to the transport at once, with no
-wake-up of the drain task; uvloop (what ``tether serve`` runs) writes each socket's frames of one
-loop turn together at the end of the turn, one syscall per socket. Whenever ``write_now`` refuses
-(the transport is paused or closing) frames stay queued, bounded as ever, and the drain task sends
-them the ordinary way; while any are queued, later frames queue behind them, so frames keep their
-order.
+wake-up of the drain task and no callback a loop turn later (uvloop 0.23 writes it to the socket
+right away: one syscall per frame, as a flush per turn mostly was too). Whenever ``write_now``
+refuses (the transport is paused or closing) frames stay queued, bounded as ever, and the drain
+task sends them the ordinary way; while any are queued, later frames queue behind them, so frames
+keep their order.
 """
 
 from __future__ import annotations
