@@ -47,8 +47,10 @@ class InitialSync:
         self._task: asyncio.Task[None] | None = None
 
     def holds(self, peer: Peer) -> bool:
-        """A chunked sync for ``peer`` is running or waiting."""
-        return self._active is peer or any(p is peer for _, p, _ in self._waiting)
+        """A chunked sync for ``peer`` is running or waiting (asked before every ack)."""
+        if self._active is peer:
+            return True
+        return bool(self._waiting) and any(p is peer for _, p, _ in self._waiting)
 
     def start(self, room: Room, peer: Peer, state_vector: bytes, diff: bytes) -> None:
         """Send ``diff`` (what ``state_vector`` lacks of ``room``) in pieces, now or after the

@@ -123,14 +123,16 @@ async def _receive_until_ended(receive_loop: Coroutine[Any, Any, None], end: Con
         if not end.ended or (task is not None and task.uncancel() > 0):
             raise
     except BaseException as exc:
-        end.close(_decision(exc))
+        end.close(decision_for(exc))
         if not isinstance(exc, Exception):
             raise
     finally:
         end._receiving = None
 
 
-def _decision(exc: BaseException | None) -> CloseConnection | None:
+def decision_for(exc: BaseException | None) -> CloseConnection | None:
+    """How a connection ends after ``exc`` (None: the peer went away); unexpected errors are
+    logged here."""
     if exc is None:
         return None  # the peer went away
     if isinstance(exc, CloseConnection):

@@ -1,10 +1,13 @@
 """One ``/ws`` connection: the sans-IO ``ServerSession`` wrapped in a receive loop.
 
 Knows nothing of Starlette (it talks to a ``Transport``). Receive path: feed the session, act on
-its events, put replies on the bounded outbox. One timer per connection (no task: idle sockets
-cost memory) sends app-level pings, closes idle peers, channels whose auth never resolved and
-sockets with no granted channel for the auth timeout, and ends grants at their token's expiry;
-an overflowing outbox ends the connection through its ``on_overflow`` hook.
+its events, put replies on the bounded outbox. Where the transport offers it (``tether serve``,
+collab.raw_frames), a frame that needs no ``await`` is handled as it arrives (``on_message``)
+while the receive loop waits with nothing queued: the same steps, without a task switch. One
+timer per connection (no task: idle sockets cost memory) sends app-level pings, closes idle
+peers, channels whose auth never resolved and sockets with no granted channel for the auth
+timeout, and ends grants at their token's expiry; an overflowing outbox ends the connection
+through its ``on_overflow`` hook.
 """
 
 from __future__ import annotations
@@ -12,9 +15,17 @@ from __future__ import annotations
 import logging
 import time
 
-from tether.protocol.errors import ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow
+from tether.protocol.errors import (
+    ChannelNameTooLong,
+    DecodeError,
+    QueueBudgetExhausted,
+    QueueOverflow,
+)
+from tether.protocol.lib0 import Decoder
 from tether.protocol.messages import (
+    AUTH,
     PING_FRAME,
+    STATELESS,
     Awareness,
     QueryAwareness,
     Stateless,
@@ -39,7 +50,13 @@ from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .hooks import ConnectionInfo
 from .initial_sync import InitialSync
-from .lifecycle import CloseConnection, ConnectionEnd, detach_each, run_connection
+from .lifecycle import (
+    CloseConnection,
+    ConnectionEnd,
+    decision_for,
+    detach_each,
+    run_connection,
+)
 from .limits import refuse
 from .metrics import label_value
 from .outbox import Outbox
@@ -103,10 +120,15 @@ class MuxConnection:
         # bring an auth deadline earlier than the one armed.
         self._channels_seen = 0
         self._deadlines_moved = False
+        # The receive loop waits for a frame and none is queued: ``on_message`` may take one.
+        self._waiting = False
 
     async def run(self) -> None:
         metrics = self._ctx.metrics
         metrics.connections.labels(self._endpoint).inc()
+        # Not kept in a local: a bound method held by this frame would cost every idle socket.
+        if hasattr(self._transport, "set_message_sink"):
+            self._transport.set_message_sink(self)  # type: ignore[attr-defined]
         try:
             self._arm_timer(time.monotonic())
             await run_connection(
@@ -118,45 +140,92 @@ class MuxConnection:
                 metrics=metrics,
             )
         finally:
+            if hasattr(self._transport, "set_message_sink"):  # it lets go: no reference cycle
+                self._transport.set_message_sink(None)  # type: ignore[attr-defined]
             self._timer.cancel()
             self._session.close()  # gives its pre-auth bytes back to the shared budget
             metrics.connections.labels(self._endpoint).dec()
 
     async def _receive_loop(self) -> None:
         receive = self._transport.receive
-        session = self._session
         while True:
-            data = await receive()
+            self._waiting = True
+            try:
+                data = await receive()
+            finally:
+                self._waiting = False
             if data is None:
                 return
-            now = time.monotonic()
-            self._last_seen = now
-            try:
-                events = session.receive(data, now)
-            except _SESSION_LIMITS as exc:
-                self._ctx.metrics.limit_refusals.labels(_limit_of(exc)).inc()
-                log.warning("closing a %s connection: %s", self._endpoint, exc)  # once per peer
-                raise
-            for event in events:
+            for event in self._take(data):
                 await self._handle(event)
-            event = events = data = None  # type: ignore[assignment]  # not held while idle
+            event = data = None  # type: ignore[assignment]  # not held while idle
             if self._end.ended:
                 return  # decided while handling this frame (its own outbox overflowed)
-            if self._deadlines_moved or session.channel_count != self._channels_seen:
-                # A Token, a grant, a refusal or a close may bring a deadline earlier (not
-                # per edit: Incoming and Reply events leave them be).
-                self._deadlines_moved = False
-                self._arm_timer(time.monotonic())
+            self._after_frame()
 
-    async def _handle(self, event: SessionEvent) -> None:
+    def on_message(self, data: bytes) -> bool:
+        """A message as it arrives (collab.raw_frames calls this from ``data_received``):
+        handled here, and True, when the receive loop waits with nothing queued (so order
+        holds) and its handling needs no ``await`` (no Token, no Stateless); else False, and
+        the transport queues it for the loop. A failure ends the connection as in the loop."""
+        if not self._waiting or self._end.ended or _needs_task(data):
+            return False
+        try:
+            for event in self._take(data):
+                if not self._handle_now(event):
+                    raise RuntimeError(f"{type(event).__name__} needs the receive loop")
+            if not self._end.ended:
+                self._after_frame()
+        except BaseException as exc:
+            self._end.close(decision_for(exc))
+            if not isinstance(exc, Exception):
+                raise
+        return True
+
+    def _take(self, data: bytes) -> list[SessionEvent]:
+        """Feed one frame to the session; its events."""
+        now = time.monotonic()
+        self._last_seen = now
+        try:
+            return self._session.receive(data, now)
+        except _SESSION_LIMITS as exc:
+            self._ctx.metrics.limit_refusals.labels(_limit_of(exc)).inc()
+            log.warning("closing a %s connection: %s", self._endpoint, exc)  # once per peer
+            raise
+
+    def _after_frame(self) -> None:
+        if self._deadlines_moved or self._session.channel_count != self._channels_seen:
+            # A Token, a grant, a refusal or a close may bring a deadline earlier (not per
+            # edit: Incoming and Reply events leave them be).
+            self._deadlines_moved = False
+            self._arm_timer(time.monotonic())
+
+    def _handle_now(self, event: SessionEvent) -> bool:
+        """Act on an event that needs no ``await``; False for the others."""
         if isinstance(event, Incoming):
-            self._dispatch(event)
             if isinstance(event.message, Stateless):
-                room, peer = self._attached[event.channel]
-                await self._ctx.hooks.on_stateless(room, peer, event.message.payload)
-            return
+                return False
+            self._dispatch(event)
+            return True
         if isinstance(event, Reply):
             self._outbox.put(event.frame)
+            return True
+        if isinstance(event, ChannelClosed):
+            self._deadlines_moved = True
+            self._detach(event.channel)
+            return True
+        if isinstance(event, ChannelRefused):
+            self._deadlines_moved = True
+            self._refused(event)
+            return True
+        return False
+
+    async def _handle(self, event: SessionEvent) -> None:
+        if self._handle_now(event):
+            return
+        if isinstance(event, Incoming):  # a Stateless message: the AI's hook
+            room, peer = self._attached[event.channel]
+            await self._ctx.hooks.on_stateless(room, peer, event.message.payload)  # type: ignore[union-attr]
             return
         self._deadlines_moved = True
         if isinstance(event, AuthRequested):
@@ -164,20 +233,19 @@ class MuxConnection:
                 await self._handle(follow_up)
         elif isinstance(event, ChannelOpened):
             await self._open(event)
-        elif isinstance(event, ChannelClosed):
-            self._detach(event.channel)
-        elif isinstance(event, ChannelRefused):
-            # Only that document is refused (its PermissionDenied is the Reply before this);
-            # the socket and its other documents carry on. Counted each time, logged once.
-            if self._refusals_logged is None:
-                self._refusals_logged = set()
-            refuse(
-                self._ctx.metrics,
-                _LIMIT_SETTINGS.get(event.limit, event.limit),
-                self._refusals_logged,
-                "a /ws connection",
-                f"refused a document past {event.limit} ({event.channel[:64]!r})",
-            )
+
+    def _refused(self, event: ChannelRefused) -> None:
+        # Only that document is refused (its PermissionDenied is the Reply before this);
+        # the socket and its other documents carry on. Counted each time, logged once.
+        if self._refusals_logged is None:
+            self._refusals_logged = set()
+        refuse(
+            self._ctx.metrics,
+            _LIMIT_SETTINGS.get(event.limit, event.limit),
+            self._refusals_logged,
+            "a /ws connection",
+            f"refused a document past {event.limit} ({event.channel[:64]!r})",
+        )
 
     def _dispatch(self, event: Incoming) -> None:
         attached = self._attached.get(event.channel)
@@ -344,6 +412,24 @@ _LIMIT_SETTINGS = {
 }
 
 _SESSION_LIMITS = (ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow)
+
+
+def _needs_task(data: bytes) -> bool:
+    """A frame whose handling may await (a Token: authentication; a Stateless: the AI's hook),
+    or one whose header cannot be read here (the receive loop meets the error)."""
+    if len(data) < 2:
+        return False  # a Ping or a Pong (an empty frame fails the same either way)
+    name_length = data[0]
+    if name_length < 0x80 and name_length + 1 < len(data) and data[name_length + 1] < 0x80:
+        kind = data[name_length + 1]  # a short channel name: no decoder needed
+    else:
+        try:
+            decoder = Decoder(data)
+            decoder.skip(decoder.read_var_uint())
+            kind = decoder.read_var_uint()
+        except DecodeError:
+            return True
+    return kind == AUTH or kind == STATELESS
 
 
 def _limit_of(exc: Exception) -> str:

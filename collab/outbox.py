@@ -8,10 +8,12 @@ the socket has taken it (a peer that never reads holds it there). A frame may ca
 instead of queueing another copy.
 
 Given a synchronous ``write_now`` (``collab.raw_frames``: pre-framed bytes straight to the
-transport), the frames put during one event-loop turn are written together at the end of it, in
-one write, with no wake-up of the drain task; whenever ``write_now`` refuses (the transport is
-paused or closing) they stay queued, bounded as ever, and the drain task sends them the ordinary
-way. Only one of the two writes at a time, so frames keep their order.
+transport), a frame put while nothing is queued is handed to the transport at once, with no
+wake-up of the drain task and no callback a loop turn later (uvloop 0.23 writes it to the socket
+right away: one syscall per frame, as a flush per turn mostly was too). Whenever ``write_now``
+refuses (the transport is paused or closing) frames stay queued, bounded as ever, and the drain
+task sends them the ordinary way; while any are queued, later frames queue behind them, so frames
+keep their order.
 """
 
 from __future__ import annotations
@@ -44,10 +46,8 @@ class Outbox:
         "_closed",
         "_draining",
         "_empty",
-        "_flush_scheduled",
         "_frames",
         "_gone",
-        "_loop",
         "_max_bytes",
         "_max_frames",
         "_ready",
@@ -69,9 +69,7 @@ class Outbox:
     ) -> None:
         self._send = send
         self._write_now = write_now
-        self._flush_scheduled = False
         self._draining = False  # the drain task is sending: it alone writes until it is done
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._max_frames = max_frames
         self._max_bytes = max_bytes
         self._frames: collections.deque[bytes] = collections.deque()
@@ -93,39 +91,34 @@ class Outbox:
         self.overflow_limit = ""
 
     def put(self, frame: bytes) -> None:
+        """Hand ``frame`` to the transport now if nothing is queued, else queue it."""
+        if (
+            not self._frames
+            and self._write_now is not None
+            and not self._draining
+            and not self._closed
+            and len(frame) <= WRITE_NOW_MAX_BYTES
+            and self._write_now((frame,))
+        ):
+            return  # the transport has it
+        self._enqueue(frame)
+
+    def _enqueue(self, frame: bytes) -> bool:
+        """Queue ``frame`` for the drain task; False if it was not (closed, or overflowed)."""
         if self._closed:
-            return
+            return False
         if len(self._frames) >= self._max_frames:
             self._overflow("send_queue_frames")
-            return
+            return False
         # An empty queue takes any one frame: a document larger than the bound still syncs.
         if self._bytes and self._bytes + len(frame) > self._max_bytes:
             self._overflow("send_queue_bytes")
-            return
+            return False
         self._bytes += len(frame)
         self._frames.append(frame)
         self._empty.clear()
-        if self._write_now is None or self._draining:
-            self._ready.set()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        """End of the loop turn: this turn's frames in one synchronous write, if allowed."""
-        self._flush_scheduled = False
-        frames = self._frames
-        if not frames:
-            return
-        write_now = self._write_now
-        assert write_now is not None  # only scheduled when there is one
-        if self._draining or self._bytes > WRITE_NOW_MAX_BYTES or not write_now(frames):
-            self._ready.set()  # the drain task takes them, the ordinary way
-            return
-        self._all_sent()
+        self._ready.set()
+        return True
 
     def _all_sent(self) -> None:
         frames = self._frames
@@ -138,9 +131,10 @@ class Outbox:
         self._empty.set()
 
     def put_tagged(self, frame: bytes, tag: Hashable) -> None:
-        """Queue ``frame``; ``holds(tag)`` is True until the socket has taken it."""
-        self.put(frame)
-        if not self._closed:
+        """Queue ``frame``; ``holds(tag)`` is True until the socket has taken it. Always
+        through the queue (these are full-state answers, a few per editor): a repeated request
+        finds its answer still on the way there, however fast the transport takes frames."""
+        if self._enqueue(frame):
             self._tag_of[id(frame)] = tag
             self._tags[tag] += 1
 
@@ -215,8 +209,13 @@ class Outbox:
 
     async def wait_sent(self) -> None:
         """Until every queued frame has reached the socket, or the queue is closed (a sender
-        pacing itself by the socket must not wait forever on a connection that ended)."""
-        if self._closed or self._empty.is_set():
+        pacing itself by the socket must not wait forever on a connection that ended). A frame
+        written straight to the transport is taken at the end of this loop turn: one turn is
+        waited for, so a sender in a loop lets other traffic go between its frames."""
+        if self._closed:
+            return
+        if self._empty.is_set():
+            await asyncio.sleep(0)
             return
         empty = asyncio.ensure_future(self._empty.wait())
         gone = asyncio.ensure_future(self._gone.wait())

@@ -38,6 +38,8 @@ class Peer:
     revoke: Callable[[str], None] | None = None
     # The connection's chunked initial syncs (collab.initial_sync); None: one SyncStep2.
     initial_sync: InitialSync | None = None
+    # The "applied" SyncStatus frame, made on this peer's first ack (one per edit after that).
+    applied_frame: bytes | None = None
 
     def __post_init__(self) -> None:
         if self.channel is None:
@@ -76,8 +78,15 @@ class Peer:
 
     def send_sync_status(self, applied: bool) -> None:
         # The plain y-websocket protocol has no acknowledgements.
-        if self.channel is not None:
-            self.outbox.put(SyncStatus(self.channel, applied).encode())
+        if self.channel is None:
+            return
+        if not applied:
+            self.outbox.put(SyncStatus(self.channel, False).encode())
+            return
+        frame = self.applied_frame
+        if frame is None:
+            frame = self.applied_frame = SyncStatus(self.channel, True).encode()
+        self.outbox.put(frame)
 
     def send_stateless(self, payload: str) -> None:
         if self.channel is not None:

@@ -13,7 +13,7 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -48,7 +48,7 @@ from .mux_connection import MuxConnection
 from .origins import OriginPolicy, normalise_origin
 from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
-from .raw_frames import raw_frame_writer
+from .raw_frames import MessageSink, raw_frames_of
 from .request_headers import RequestHeaders
 from .rest_documents import DocumentsApi
 from .rooms import RoomManager
@@ -71,14 +71,23 @@ class _AsgiWebSocket:
     ASGI ``send`` skips Starlette's per-message wrappers (measured in ``tether bench sync``).
     """
 
-    __slots__ = ("_receive", "_send", "write_now")
+    __slots__ = ("_raw", "_receive", "_send")
 
     def __init__(self, receive: Receive, send: Send, scope: Scope | None = None) -> None:
         self._receive = receive
         self._send = send
-        # Pre-framed synchronous writes when the server offers them (tether serve's uvicorn
-        # protocol, collab.raw_frames); None under a host app's server: plain ASGI sends.
-        self.write_now = raw_frame_writer(scope)
+        # tether serve's uvicorn protocol (collab.raw_frames), offering pre-framed synchronous
+        # writes and a receive fast path; None under a host app's server: plain ASGI.
+        self._raw = raw_frames_of(scope)
+
+    @property
+    def write_now(self) -> Callable[[Sequence[bytes]], bool] | None:
+        return None if self._raw is None else self._raw.write_frames
+
+    def set_message_sink(self, sink: MessageSink | None) -> None:
+        """Messages go to ``sink.on_message`` as they arrive, where the server can."""
+        if self._raw is not None:
+            self._raw.message_sink = sink
 
     async def handshake(self) -> bool:
         """Consume ``websocket.connect``; False if the client left first."""

@@ -193,19 +193,33 @@ class _Resolver:
         self.scan = scan
         self.parents: dict[int, Parent] = {}
         self.fresh_depth: dict[ID, int] = {}
-        # client → (clocks, item indices) of this update's items, for lookups by ID
-        self.index: dict[int, tuple[list[int], list[int]]] = {}
-        for position, item in enumerate(scan.items):
-            clocks, positions = self.index.setdefault(item.client, ([], []))
-            clocks.append(item.clock)
-            positions.append(position)
-        # client → (starts, ends) of this update's GC/Skip ranges: a lookup bisects, so an update
-        # of many ranges and many references costs n log n, not n * m on the event loop.
-        self.gaps: dict[int, tuple[list[int], list[int]]] = {}
-        for gap in sorted(scan.ranges, key=lambda g: (g.client, g.clock)):
-            starts, ends = self.gaps.setdefault(gap.client, ([], []))
-            starts.append(gap.clock)
-            ends.append(gap.clock + gap.length)
+        # Built on the first lookup of an ID the document lacks (``_local``): an update that
+        # builds only on what the document has, as every keystroke does, never needs them.
+        self._index: dict[int, tuple[list[int], list[int]]] | None = None
+        self._gaps: dict[int, tuple[list[int], list[int]]] | None = None
+
+    @property
+    def index(self) -> dict[int, tuple[list[int], list[int]]]:
+        """client → (clocks, item indices) of this update's items, for lookups by ID."""
+        if self._index is None:
+            self._index = {}
+            for position, item in enumerate(self.scan.items):
+                clocks, positions = self._index.setdefault(item.client, ([], []))
+                clocks.append(item.clock)
+                positions.append(position)
+        return self._index
+
+    @property
+    def gaps(self) -> dict[int, tuple[list[int], list[int]]]:
+        """client → (starts, ends) of this update's GC/Skip ranges: a lookup bisects, so an
+        update of many ranges and many references costs n log n, not n * m on the event loop."""
+        if self._gaps is None:
+            self._gaps = {}
+            for gap in sorted(self.scan.ranges, key=lambda g: (g.client, g.clock)):
+                starts, ends = self._gaps.setdefault(gap.client, ([], []))
+                starts.append(gap.clock)
+                ends.append(gap.clock + gap.length)
+        return self._gaps
 
     def resolve_all(self) -> dict[int, Parent]:
         for position in range(len(self.scan.items)):

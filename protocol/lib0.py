@@ -69,19 +69,33 @@ class Decoder:
         return self._pos >= len(self._data)
 
     def read_var_uint(self) -> int:
+        data = self._data
+        pos = self._pos
+        if pos < len(data):
+            byte = data[pos]
+            if byte < 0x80:  # one byte: most counts, lengths and small clocks
+                self._pos = pos + 1
+                return byte
+        return self._read_long_var_uint()
+
+    def _read_long_var_uint(self) -> int:
+        data = self._data
+        pos = self._pos
+        end = len(data)
         value = 0
         shift = 0
         for _ in range(_MAX_VARUINT_BYTES):
-            if self._pos >= len(self._data):
+            if pos >= end:
                 raise DecodeError("truncated varUint")
-            byte = self._data[self._pos]
-            self._pos += 1
+            byte = data[pos]
+            pos += 1
             value |= (byte & 0x7F) << shift
             if byte < 0x80:
                 # Beyond 2**53 - 1 JS loses precision and our encoder refuses the value, so a
                 # decoded number must always re-encode.
                 if value > MAX_SAFE_INTEGER:
                     raise DecodeError("varUint above 2**53 - 1")
+                self._pos = pos
                 return value
             shift += 7
         raise DecodeError("varUint longer than 8 bytes")
@@ -129,9 +143,15 @@ class Decoder:
         return self.read_bytes(self.read_var_uint())
 
     def read_var_string(self) -> str:
-        raw = self.read_var_uint8_array()
+        length = self.read_var_uint()
+        data = self._data
+        pos = self._pos
+        end = pos + length
+        if end > len(data):
+            raise DecodeError(f"length {length} runs past the end of the frame")
+        self._pos = end
         try:
-            return raw.decode("utf-8")
+            return data[pos:end].decode("utf-8")
         except UnicodeDecodeError as exc:
             raise DecodeError("string is not valid UTF-8") from exc
 

@@ -186,17 +186,20 @@ async def test_a_big_documents_log_is_folded_by_its_weight_and_every_edit_surviv
             doc = await peer.open(name, token)
             await type_acked(doc, ["a" * 300_000, "b", "c", "d", "e"])  # 5 entries: folded
             snapshot, log = read_db(fresh_server.data_dir, name)
-            assert snapshot is not None and len(snapshot) > 300_000 and len(log) == 1
+            # The fold may have encoded the closing "." too (then the log is empty).
+            assert snapshot is not None and len(snapshot) > 300_000 and len(log) <= 1
+            kept = len(log) + 22  # 21 letters and a "."
+            assert text_of_stored(snapshot, log) == str(doc), "snapshot + log hold every edit"
             await type_acked(doc, list("fghijklmnopqrstuvwxyz"))
-            assert len(read_db(fresh_server.data_dir, name)[1]) == 23, "no 300 KB rewrite"
+            assert len(read_db(fresh_server.data_dir, name)[1]) == kept, "no 300 KB rewrite"
         await poll_loaded(fresh_server, 0, timeout=10)
         snapshot, log = read_db(fresh_server.data_dir, name)
-        assert len(log) == 23, "unloading did not rewrite it either"
+        assert len(log) == kept, "unloading did not rewrite it either"
         async with await MuxPeer.connect(fresh_server.ws_url) as peer:
             doc = await peer.open(name, token)
             await type_acked(doc, ["y" * 400_000])  # outweighs the snapshot: folded
             snapshot, log = read_db(fresh_server.data_dir, name)
-            assert snapshot is not None and len(snapshot) > 700_000 and len(log) == 1
+            assert snapshot is not None and len(snapshot) > 700_000 and len(log) <= 1
             expected = str(doc)
         fresh_server.kill()
         fresh_server.start()

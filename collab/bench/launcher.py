@@ -47,9 +47,13 @@ class ServerProcess:
         *,
         auth: str = "jwt",
         secret: str = DEFAULT_SECRET,
+        repo: Path = REPO,
         **settings: object,
     ) -> None:
         self.data_dir = Path(data_dir)
+        # The checkout whose code runs (``python -m`` imports from its working directory):
+        # another git worktree gives a side-by-side "before" build.
+        self.repo = Path(repo)
         self.auth = auth
         self.secret = secret
         self.settings = settings
@@ -111,7 +115,7 @@ class ServerProcess:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tether.collab.cli", "serve"],
-            cwd=REPO,
+            cwd=self.repo,
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

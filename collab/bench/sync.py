@@ -9,6 +9,10 @@ traffic goes to the URL given, normally 127.0.0.1. A benchmark, not a test.
 ``--transport http`` runs the same load twice, over ``/ws`` and then over the HTTP fallback
 (the same frames over POSTs and an event stream, ``protocol.http_client``), each against a fresh
 server, and reports them side by side.
+
+``--compare hocuspocus,PATH --reps N`` runs the same load against this checkout, Hocuspocus and
+other checkouts, a fresh server per rep, in turn, and reports medians and ratios
+(``collab.bench.sync_compare``).
 """
 
 from __future__ import annotations
@@ -68,6 +72,16 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token", default="", help="token to send (default: minted)")
     parser.add_argument("--server-pid", type=int, default=None, help="measure this process")
     parser.add_argument("--json", dest="json_out", default=None, help="write results here")
+    parser.add_argument(
+        "--compare",
+        default=None,
+        metavar="TARGETS",
+        help="comma-separated: 'hocuspocus' and/or paths of other tether checkouts (git"
+        " worktrees); each rep starts a fresh server per target, this checkout's included, in"
+        " turn, and reports medians and this checkout's ratios (collab.bench.sync_compare)",
+    )
+    parser.add_argument("--reps", type=int, default=4, help="reps per target with --compare")
+    parser.add_argument("--png", dest="png_out", default=None, help="--compare: plot here")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(
         "--with-ai",
@@ -357,7 +371,13 @@ def _rss_mb(pid: int | None) -> float | None:
 
 
 def run_sync_bench(args: argparse.Namespace) -> int:
-    if args.transport == "http":
+    if args.compare is not None:
+        from .sync_compare import plot, run_compare
+
+        result = run_compare(args)
+        if args.png_out:
+            plot(result, args.png_out)
+    elif args.transport == "http":
         if args.protocol != "tether":
             raise SystemExit("--transport http carries the tether protocol only")
         result = _side_by_side(args)

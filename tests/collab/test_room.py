@@ -34,6 +34,9 @@ class ListOutbox(Outbox):
     def put(self, frame: bytes) -> None:
         self.frames.append(frame)
 
+    def put_tagged(self, frame: bytes, tag: object) -> None:
+        self.frames.append(frame)
+
 
 class Capture:
     """An outbox whose frames land in a list, decoded."""

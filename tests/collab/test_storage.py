@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tether.collab import sqlite_store
 from tether.collab.pg_store import PostgresStore
 from tether.collab.sqlite_store import SCHEMA_VERSION, SQLiteStore
 from tether.collab.storage import MemoryStore, StorageError, Store
@@ -252,6 +253,35 @@ async def test_500_concurrent_appends_over_10_documents_are_durable_in_few_commi
             for d in range(10):
                 expected = [f"u{i}".encode() for i in range(d, 500, 10)]
                 assert await reopened.load(f"doc-{d}") == expected
+
+
+@pytest.mark.anyio
+async def test_updated_at_is_exact_although_rows_are_touched_at_most_once_a_second(
+    db_path, monkeypatch
+):
+    monkeypatch.setattr(sqlite_store, "_TOUCH_EVERY_S", 3600.0)  # however slow this machine is
+
+    def row_updated_at() -> float:
+        with sqlite3.connect(db_path) as conn:
+            return float(
+                conn.execute("SELECT updated_at FROM documents WHERE name = 'doc'").fetchone()[0]
+            )
+
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            await store.append("doc", b"a")  # a new document: its row is written at once
+            first = row_updated_at()
+            commits = store.commits
+            for _ in range(5):
+                await store.append("doc", b"b")
+            assert store.commits == commits + 5  # each its own durable commit, as before
+            assert row_updated_at() == first  # ... but the row was not rewritten each time
+            info = await store.info("doc")
+            assert info is not None and info.updated_at > first  # reads see the last append
+            assert [d.updated_at for d in await store.list_documents()] == [info.updated_at]
+        assert row_updated_at() == info.updated_at  # written at close
+        async with SQLiteStore(db_path) as reopened:
+            assert await reopened.load("doc") == [b"a"] + [b"b"] * 5
 
 
 @pytest.mark.anyio
