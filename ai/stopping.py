@@ -5,8 +5,10 @@ Healing: a prompt that ends with the space the editor just typed makes small mod
 with a word they would not start after a space; the healed prompt stops before that space and
 the model writes it. If the model does not (it continued the last word instead), nothing is
 shown. Stopping rules, on the text after the cursor: ``word`` (one word, its trailing
-punctuation not included), ``phrase`` (up to 4 words or a clause mark), ``sentence`` (through
-the first sentence's end) and ``tokens`` (no rule: the token limit alone, as before).
+punctuation not included; clause marks the model writes before it come with it: ", and" — a
+lone "," would be screened as empty, and a model at a clause end writes one first most of the
+time), ``phrase`` (up to 4 words or a clause mark), ``sentence`` (through the first
+sentence's end) and ``tokens`` (no rule: the token limit alone, as before).
 
 ``tether bench quality`` uses ``stop_at`` and ``heal_output`` from here, so the server shows
 exactly what the bench scored. Knows nothing of models or sockets.
@@ -23,7 +25,10 @@ SENTENCE = "sentence"
 TOKENS = "tokens"
 STOP_RULES = (WORD, PHRASE, SENTENCE, TOKENS)
 
-_WORD_RE = re.compile(r"\s*\S+?(?=[\s,;:.!?]|$)")
+_MARKS = ",;:.!?"
+# One word; clause marks before it (the model closing the clause the editor is in) come with
+# the word after them on the same line (", and"), or alone if a line break follows.
+_WORD_RE = re.compile(r"\s*(?:[,;:.!?]+[ \t]*)?[^\s,;:.!?]+|\s*[,;:.!?]+")
 _PHRASE_RE = re.compile(r"\s*(?:[^\s,;:.!?]+[ \t]*){1,4}")
 _SENTENCE_RE = re.compile(r"[.!?](?=\s|$)")
 _SENTENCE_DONE_RE = re.compile(r"[.!?](?=\s)")
@@ -50,13 +55,7 @@ def settled(text: str, rule: str) -> tuple[str, bool]:
     whatever comes next (a prefix of ``stop_at`` of any continuation), and whether the rule
     has decided (more text cannot change the suggestion)."""
     if rule == WORD:
-        start = len(text) - len(text.lstrip())
-        if start == len(text):
-            return text, False
-        for index in range(start + 1, len(text)):
-            if text[index].isspace() or text[index] in ",;:.!?":
-                return text[:index], True
-        return text, False
+        return _word_settled(text)
     if rule == SENTENCE:
         match = _SENTENCE_DONE_RE.search(text)
         return (text[: match.end()], True) if match else (text, False)
@@ -66,6 +65,27 @@ def settled(text: str, rule: str) -> tuple[str, bool]:
             # Only whitespace yet (undecided), or punctuation first: then it is all of it.
             return ("", False) if not text.strip() else (text, False)
         return match.group(0).rstrip(), match.end() < len(text)
+    return text, False
+
+
+def _word_settled(text: str) -> tuple[str, bool]:
+    start = len(text) - len(text.lstrip())
+    if start == len(text):
+        return text, False
+    word = start
+    while word < len(text) and text[word] in _MARKS:
+        word += 1
+    if word > start:  # marks first: the word after them, if one follows on this line
+        marks_end = word
+        while word < len(text) and text[word] in " \t":
+            word += 1
+        if word == len(text):
+            return text[:marks_end], False
+        if text[word].isspace() or text[word] in _MARKS:
+            return text[:marks_end], True
+    for index in range(word + 1, len(text)):
+        if text[index].isspace() or text[index] in _MARKS:
+            return text[:index], True
     return text, False
 
 

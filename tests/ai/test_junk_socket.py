@@ -27,7 +27,7 @@ pytestmark = pytest.mark.anyio
 WORD_REPLIES = {
     "case-good": [" harbour", " at", " dusk"],
     "case-echo": [" the", " coast", "."],  # the document ends with "the"
-    "case-empty": [".", " And", " then"],
+    "case-empty": [".", "\n\n", "Then"],  # a lone full stop: the paragraph ends
     "case-language": [" море", " и", " небо"],
 }
 # Under --ai-stop sentence: the first phrase is judged, then the stream word by word.

@@ -48,3 +48,19 @@ def test_word_stops_reading_the_model_once_the_word_ended() -> None:
 def test_a_model_that_does_not_write_the_typed_space_shows_nothing() -> None:
     shown, read = _shaped(["xt", " words"], " ", "word")
     assert (shown, read) == ("", 1)
+
+
+@pytest.mark.parametrize(
+    ("stream", "shown", "read"),
+    [
+        ([",", " and", " the", " sea"], ", and", 3),  # the clause mark comes with its word
+        ([".", "\n\n", "The"], ".", 2),  # a line break after it: the mark alone
+        ([" and", ",", " then"], " and", 2),  # marks after the word are not part of it
+        ([";", " ", "\t", "so", "."], "; \tso", 5),
+    ],
+)
+def test_a_word_after_clause_marks_takes_them_along(
+    stream: list[str], shown: str, read: int
+) -> None:
+    assert _shaped(stream, "", "word") == (shown, read)
+    assert stop_at("".join(stream), "word") == shown
