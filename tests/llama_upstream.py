@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from tether.collab.bench.launcher import free_port
+from tether.collab.bench.launcher import free_port, terminate_process
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
@@ -66,13 +66,7 @@ class LlamaServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate_process(self.proc)
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

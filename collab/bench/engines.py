@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from urllib.parse import quote
 
-from .launcher import free_port
+from .launcher import free_port, terminate_process
 
 PG_USER = "tether-pg"
 
@@ -302,11 +302,5 @@ class PgBouncer:
             return ""
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate_process(self.proc)
         shutil.rmtree(self.root, ignore_errors=True)

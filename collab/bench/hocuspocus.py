@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .launcher import REPO, free_port
+from .launcher import REPO, free_port, terminate_process
 
 SCRIPT = Path("tests") / "js" / "hocuspocus_server.mjs"
 
@@ -75,13 +75,7 @@ class HocuspocusProcess:
             return ""
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        terminate_process(self.proc)
         self._log.close()
 
     def __enter__(self) -> HocuspocusProcess:

@@ -32,6 +32,18 @@ def server_ai_settings(args: Any) -> dict[str, object]:
     }
 
 
+def terminate_process(proc: subprocess.Popen[bytes] | None, grace: float = 10.0) -> None:
+    """Stop a helper process we started: SIGTERM, then SIGKILL if it outlives ``grace``."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
