@@ -38,6 +38,8 @@ FLAGS = [
     "--disable-sync",
 ]
 SCRIPT = '{"pieces": [" and", " the", " gulls", " cried."], "delay": 0.02}'
+# These pages test streaming and the AI buttons: whole streams, shown as the model writes them.
+WHOLE_STREAMS: dict[str, object] = {"ai_stop": "tokens", "ai_heal": "off", "ai_junk_filter": "off"}
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +47,8 @@ def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
     proc = ServerProcess(
         tmp_path_factory.mktemp("web"),
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
         ai_script=SCRIPT,
+        **WHOLE_STREAMS,
     )
     with proc:
         yield proc
@@ -243,10 +243,8 @@ def test_ai_buttons_grey_out_with_the_reason_while_sync_goes_on(
     with ServerProcess(
         tmp_path,
         ai_provider="local",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
         ai_semantic="off",
+        **WHOLE_STREAMS,
     ) as server:
         assert server.wait_ai()["state"] == "degraded"
         token = server.token(["web-*"])
@@ -281,10 +279,8 @@ def test_a_worker_crash_mid_suggestion_greys_the_ai_buttons_until_ai_is_back(
     with ServerProcess(
         tmp_path,
         ai_provider="local",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
         ai_semantic="off",
+        **WHOLE_STREAMS,
     ) as server:
         page = open_page(browser, server, "web-crash", server.token(["web-*"]))
         expect(page.locator("body")).to_have_attribute("data-ai", "ready", timeout=10000)
