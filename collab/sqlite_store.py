@@ -3,7 +3,9 @@
 The only asyncio it touches is the futures it resolves. Writes go through one queue to one
 writer thread, which runs everything queued in ONE transaction, commits (fsync with
 synchronous=FULL), and only then resolves the writes' futures: so an awaited append is durable,
-and writes arriving during a commit share the next one's fsync. Reads run in worker threads on
+and writes arriving during a commit share the next one's fsync. The writes of one event-loop
+turn are handed over together at its end: one wake-up of the writer, and one trip for the GIL
+between the threads, per turn rather than per edit. Reads run in worker threads on
 a separate read connection; WAL lets them proceed while the writer commits.
 
 A document's ``updated_at`` is written at most once a second (``_TOUCH_EVERY_S``): a batch of
@@ -40,9 +42,17 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _BUSY_TIMEOUT_S = 5.0
+# A longer wait would hold every acknowledgement back longer than any disk takes to sync.
+MAX_COMMIT_DELAY_S = 0.1
+
+_UPDATES_TABLE = """CREATE TABLE IF NOT EXISTS updates (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        data BLOB NOT NULL
+    )"""
 
 _SCHEMA = (
     # The snapshot lives in its own table: SQLite rewrites a whole row on UPDATE, overflow
@@ -57,11 +67,10 @@ _SCHEMA = (
         name TEXT PRIMARY KEY,
         data BLOB NOT NULL
     )""",
-    """CREATE TABLE IF NOT EXISTS updates (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        name TEXT NOT NULL,
-        data BLOB NOT NULL
-    )""",
+    # No AUTOINCREMENT (schema 3): it rewrote sqlite_sequence's page in every commit, a third
+    # page written and synced per keystroke. A plain rowid is max + 1, so a document's rows
+    # still sort in append order; an id is reused only once no row holds it.
+    _UPDATES_TABLE,
     "CREATE INDEX IF NOT EXISTS updates_by_name ON updates (name)",
     # Named versions (issue 12): created with IF NOT EXISTS on every open, so no schema bump.
     """CREATE TABLE IF NOT EXISTS versions (
@@ -109,19 +118,30 @@ class SQLiteStore(Store):
     """A durable Store in one SQLite file; ``commits`` counts the write transactions so far."""
 
     def __init__(
-        self, path: str | Path, *, synchronous: str = "FULL", max_batch: int = 1000
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        max_batch: int = 1000,
+        commit_delay: float = 0.0,
     ) -> None:
         if synchronous.upper() not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {sorted(_SYNC_MODES)}")
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if not 0.0 <= commit_delay <= MAX_COMMIT_DELAY_S:
+            raise ValueError(f"commit_delay must be between 0 and {MAX_COMMIT_DELAY_S} s")
         self.path = Path(path)
         self.commits = 0
         self._synchronous = synchronous.upper()
         self._max_batch = max_batch
+        # Seconds the writer waits, once woken, for more writes to share the commit (0: none).
+        self._commit_delay = commit_delay
         self._state: Lifecycle = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
+        # The ops of one event-loop turn, handed over together (``_stage``); None = stop.
+        self._queue: queue.SimpleQueue[list[_Op] | None] = queue.SimpleQueue()
+        self._staged: list[_Op] = []
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._exited = False  # the writer thread is gone (a bool: read on every append)
@@ -156,6 +176,7 @@ class SQLiteStore(Store):
         if self._state != "open":
             return
         self._state = "closed"  # refuse new writes first, so the stop marker is the last item
+        self._hand_over()
         self._queue.put(None)
         await asyncio.wrap_future(self._stopped)
         await asyncio.to_thread(self._close_reader)
@@ -175,7 +196,7 @@ class SQLiteStore(Store):
         if self._state != "open" or self._loop is None or self._exited:
             return super().append_future(name, update)  # fails with the usual StorageError
         future: asyncio.Future[int] = self._loop.create_future()
-        self._queue.put(_Op("append", name, bytes(update), future))
+        self._stage(_Op("append", name, bytes(update), future))
         return future
 
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
@@ -190,7 +211,7 @@ class SQLiteStore(Store):
     def resume(self, name: str) -> None:
         # Through the queue, so it lifts the fence for what is called after it, in order.
         if self._state == "open" and self._loop is not None and not self._stopped.done():
-            self._queue.put(_Op("resume", name, b"", self._loop.create_future()))
+            self._stage(_Op("resume", name, b"", self._loop.create_future()))
 
     def _enqueue(
         self, kind: OpKind, name: str, data: bytes, label: str = ""
@@ -200,8 +221,23 @@ class SQLiteStore(Store):
         if self._stopped.done():
             return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
         future = self._loop.create_future()
-        self._queue.put(_Op(kind, name, data, future, label))
+        self._stage(_Op(kind, name, data, future, label))
         return _wait(future)
+
+    def _stage(self, op: _Op) -> None:
+        """Queue ``op`` for the writer at the end of this event-loop turn, with the others of
+        the turn: one wake-up of the writer thread (and one commit) per turn, not per edit."""
+        staged = self._staged
+        staged.append(op)
+        if len(staged) == 1:
+            assert self._loop is not None
+            self._loop.call_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        staged = self._staged
+        if staged:
+            self._staged = []
+            self._queue.put(staged)
 
     # -- reads (worker threads, one read connection) -----------------------------------------
 
@@ -263,24 +299,31 @@ class SQLiteStore(Store):
             self._stopped.set_result(None)
 
     def _serve(self, writer: _Writer) -> None:
-        stop = False
         fenced: set[str] = set()  # documents with a failed append, until resumed
-        while not stop:
-            ops, stop = self._take()
+        waiting: list[_Op] = []  # taken from the queue, beyond the last batch's max_batch
+        stop = False
+        while waiting or not stop:
+            if not waiting:
+                stop = self._take(waiting, block=True)
+                if self._commit_delay and not stop:
+                    time.sleep(self._commit_delay)  # the GIL is free meanwhile
+            if not stop and len(waiting) < self._max_batch:
+                stop = self._take(waiting, block=False)
+            ops, waiting = waiting[: self._max_batch], waiting[self._max_batch :]
             if ops:
                 self._commit(writer, ops, fenced)
 
-    def _take(self) -> tuple[list[_Op], bool]:
-        """Block for one op, then take whatever else is queued, up to max_batch."""
-        ops: list[_Op] = []
-        waiting = self._queue
-        item = waiting.get()
-        while item is not None:
-            ops.append(item)
-            if len(ops) >= self._max_batch or waiting.empty():
-                return ops, False
-            item = waiting.get_nowait()  # this thread is the only consumer: it is there
-        return ops, True
+    def _take(self, into: list[_Op], *, block: bool) -> bool:
+        """Move queued ops into ``into``: the first one waited for if ``block``, then whatever
+        else is queued, until ``max_batch``; True once the stop marker is taken."""
+        queued = self._queue
+        while block or (len(into) < self._max_batch and not queued.empty()):
+            block = False
+            item = queued.get()  # this thread is the only consumer: it is there
+            if item is None:
+                return True
+            into.extend(item)
+        return False
 
     def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
         if not fenced and all(op.kind != "resume" for op in ops):
@@ -561,6 +604,8 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             conn.execute(statement)
         if version < 2:
             _move_snapshots_out_of_documents(conn)
+        if version < 3:
+            _drop_autoincrement(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
@@ -579,6 +624,19 @@ def _move_snapshots_out_of_documents(conn: sqlite3.Connection) -> None:
         " SELECT name, snapshot FROM documents WHERE snapshot IS NOT NULL"
     )
     conn.execute("UPDATE documents SET snapshot = NULL WHERE snapshot IS NOT NULL")
+
+
+def _drop_autoincrement(conn: sqlite3.Connection) -> None:
+    """Schemas 1 and 2 made ``updates.id`` AUTOINCREMENT; rebuild the table without it, ids
+    (and so each document's order) kept."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'updates'").fetchone()
+    if row is None or "AUTOINCREMENT" not in str(row[0]).upper():
+        return
+    conn.execute("ALTER TABLE updates RENAME TO updates_before_3")
+    conn.execute(_UPDATES_TABLE)
+    conn.execute("INSERT INTO updates (id, name, data) SELECT id, name, data FROM updates_before_3")
+    conn.execute("DROP TABLE updates_before_3")  # its index and its sqlite_sequence row too
+    conn.execute("CREATE INDEX IF NOT EXISTS updates_by_name ON updates (name)")
 
 
 def _open_reader(path: Path) -> sqlite3.Connection:

@@ -285,6 +285,36 @@ async def test_updated_at_is_exact_although_rows_are_touched_at_most_once_a_seco
 
 
 @pytest.mark.anyio
+async def test_appends_called_in_one_event_loop_turn_share_one_commit(db_path):
+    """They reach the writer together at the end of the turn: one wake-up, one fsync."""
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            await store.append("warm", b"w")
+            commits = store.commits
+            writes = [store.append_future(f"doc-{i % 3}", b"%d" % i) for i in range(30)]
+            assert await asyncio.gather(*writes) == [i // 3 + 1 for i in range(30)]
+            assert store.commits == commits + 1
+            assert await store.load("doc-1") == [b"%d" % i for i in range(1, 30, 3)]
+
+
+@pytest.mark.anyio
+async def test_a_commit_delay_lets_appends_of_later_turns_share_the_commit(db_path):
+    """With ``commit_delay`` the writer, once woken, waits for more before it commits: appends
+    made over several event-loop turns inside the wait are acknowledged by one fsync."""
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path, commit_delay=sqlite_store.MAX_COMMIT_DELAY_S) as store:
+            commits = store.commits
+            writes = []
+            for i in range(5):
+                writes.append(store.append_future("doc", b"%d" % i))
+                await asyncio.sleep(0)  # the next append is made in a later turn
+            assert await asyncio.gather(*writes) == [1, 2, 3, 4, 5]
+            assert store.commits == commits + 1
+    with pytest.raises(ValueError):
+        SQLiteStore(db_path, commit_delay=sqlite_store.MAX_COMMIT_DELAY_S * 2)
+
+
+@pytest.mark.anyio
 async def test_max_batch_bounds_the_appends_per_transaction(db_path):
     with anyio.fail_after(TIMEOUT):
         async with SQLiteStore(db_path, max_batch=1) as store:
@@ -473,6 +503,50 @@ def test_bad_settings_are_refused_up_front(db_path):
         SQLiteStore(db_path, synchronous="SOMETIMES")
     with pytest.raises(ValueError):
         SQLiteStore(db_path, max_batch=0)
+
+
+@pytest.mark.anyio
+async def test_a_schema_2_file_loses_autoincrement_and_keeps_every_log_in_order(db_path):
+    """Schema 2's AUTOINCREMENT rewrote sqlite_sequence in every commit; opening the file
+    rebuilds the log table without it, ids and order kept, and later appends sort after."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with sqlite3.connect(db_path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute(
+            "CREATE TABLE documents (name TEXT PRIMARY KEY, created_at REAL NOT NULL,"
+            " updated_at REAL NOT NULL)"
+        )
+        conn.execute("CREATE TABLE snapshots (name TEXT PRIMARY KEY, data BLOB NOT NULL)")
+        conn.execute(
+            "CREATE TABLE updates (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+            " data BLOB NOT NULL)"
+        )
+        conn.execute("CREATE INDEX updates_by_name ON updates (name)")
+        conn.execute("INSERT INTO documents VALUES ('a', 1.0, 2.0), ('b', 1.0, 2.0)")
+        conn.execute("INSERT INTO snapshots VALUES ('a', x'736e6170')")
+        conn.execute(
+            "INSERT INTO updates (id, name, data) VALUES"
+            " (7, 'a', x'31'), (8, 'b', x'32'), (9, 'a', x'33'), (10, 'b', x'34')"
+        )
+        conn.execute("PRAGMA user_version=2")
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            assert await store.load("a") == [b"snap", b"1", b"3"]
+            assert await store.load("b") == [b"2", b"4"]
+            await store.compact("b", b"B")  # frees the highest ids, which a plain rowid reuses
+            assert await store.append("a", b"5") == 3
+            assert await store.append("a", b"6") == 4
+            assert await store.load("a") == [b"snap", b"1", b"3", b"5", b"6"]
+        with sqlite3.connect(db_path) as conn:
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'updates'").fetchone()
+            assert "AUTOINCREMENT" not in sql.upper()
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            assert "updates_by_name" in names and "updates_before_3" not in names
+            assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        async with SQLiteStore(db_path) as reopened:
+            assert await reopened.load("a") == [b"snap", b"1", b"3", b"5", b"6"]
+            assert await reopened.load("b") == [b"B"]
 
 
 @pytest.mark.anyio
