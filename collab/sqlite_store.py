@@ -3,9 +3,7 @@
 The only asyncio it touches is the futures it resolves. Writes go through one queue to one
 writer thread, which runs everything queued in ONE transaction, commits (fsync with
 synchronous=FULL), and only then resolves the writes' futures: so an awaited append is durable,
-and writes arriving during a commit share the next one's fsync. The writes of one event-loop
-turn are handed over together at its end: one wake-up of the writer, and one trip for the GIL
-between the threads, per turn rather than per edit. Reads run in worker threads on
+and writes arriving during a commit share the next one's fsync. Reads run in worker threads on
 a separate read connection; WAL lets them proceed while the writer commits.
 
 A document's ``updated_at`` is written at most once a second (``_TOUCH_EVERY_S``): a batch of
@@ -139,9 +137,7 @@ class SQLiteStore(Store):
         self._commit_delay = commit_delay
         self._state: Lifecycle = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
-        # The ops of one event-loop turn, handed over together (``_stage``); None = stop.
-        self._queue: queue.SimpleQueue[list[_Op] | None] = queue.SimpleQueue()
-        self._staged: list[_Op] = []
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._exited = False  # the writer thread is gone (a bool: read on every append)
@@ -176,7 +172,6 @@ class SQLiteStore(Store):
         if self._state != "open":
             return
         self._state = "closed"  # refuse new writes first, so the stop marker is the last item
-        self._hand_over()
         self._queue.put(None)
         await asyncio.wrap_future(self._stopped)
         await asyncio.to_thread(self._close_reader)
@@ -196,7 +191,7 @@ class SQLiteStore(Store):
         if self._state != "open" or self._loop is None or self._exited:
             return super().append_future(name, update)  # fails with the usual StorageError
         future: asyncio.Future[int] = self._loop.create_future()
-        self._stage(_Op("append", name, bytes(update), future))
+        self._queue.put(_Op("append", name, bytes(update), future))
         return future
 
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
@@ -211,7 +206,7 @@ class SQLiteStore(Store):
     def resume(self, name: str) -> None:
         # Through the queue, so it lifts the fence for what is called after it, in order.
         if self._state == "open" and self._loop is not None and not self._stopped.done():
-            self._stage(_Op("resume", name, b"", self._loop.create_future()))
+            self._queue.put(_Op("resume", name, b"", self._loop.create_future()))
 
     def _enqueue(
         self, kind: OpKind, name: str, data: bytes, label: str = ""
@@ -221,23 +216,8 @@ class SQLiteStore(Store):
         if self._stopped.done():
             return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
         future = self._loop.create_future()
-        self._stage(_Op(kind, name, data, future, label))
+        self._queue.put(_Op(kind, name, data, future, label))
         return _wait(future)
-
-    def _stage(self, op: _Op) -> None:
-        """Queue ``op`` for the writer at the end of this event-loop turn, with the others of
-        the turn: one wake-up of the writer thread (and one commit) per turn, not per edit."""
-        staged = self._staged
-        staged.append(op)
-        if len(staged) == 1:
-            assert self._loop is not None
-            self._loop.call_soon(self._hand_over)
-
-    def _hand_over(self) -> None:
-        staged = self._staged
-        if staged:
-            self._staged = []
-            self._queue.put(staged)
 
     # -- reads (worker threads, one read connection) -----------------------------------------
 
@@ -299,31 +279,27 @@ class SQLiteStore(Store):
             self._stopped.set_result(None)
 
     def _serve(self, writer: _Writer) -> None:
-        fenced: set[str] = set()  # documents with a failed append, until resumed
-        waiting: list[_Op] = []  # taken from the queue, beyond the last batch's max_batch
         stop = False
-        while waiting or not stop:
-            if not waiting:
-                stop = self._take(waiting, block=True)
-                if self._commit_delay and not stop:
-                    time.sleep(self._commit_delay)  # the GIL is free meanwhile
-            if not stop and len(waiting) < self._max_batch:
-                stop = self._take(waiting, block=False)
-            ops, waiting = waiting[: self._max_batch], waiting[self._max_batch :]
+        fenced: set[str] = set()  # documents with a failed append, until resumed
+        while not stop:
+            ops, stop = self._take()
             if ops:
                 self._commit(writer, ops, fenced)
 
-    def _take(self, into: list[_Op], *, block: bool) -> bool:
-        """Move queued ops into ``into``: the first one waited for if ``block``, then whatever
-        else is queued, until ``max_batch``; True once the stop marker is taken."""
-        queued = self._queue
-        while block or (len(into) < self._max_batch and not queued.empty()):
-            block = False
-            item = queued.get()  # this thread is the only consumer: it is there
-            if item is None:
-                return True
-            into.extend(item)
-        return False
+    def _take(self) -> tuple[list[_Op], bool]:
+        """Block for one op (then wait ``commit_delay`` for more to share the commit), then
+        take whatever else is queued, up to max_batch."""
+        ops: list[_Op] = []
+        waiting = self._queue
+        item = waiting.get()
+        if item is not None and self._commit_delay:
+            time.sleep(self._commit_delay)  # the GIL is free meanwhile
+        while item is not None:
+            ops.append(item)
+            if len(ops) >= self._max_batch or waiting.empty():
+                return ops, False
+            item = waiting.get_nowait()  # this thread is the only consumer: it is there
+        return ops, True
 
     def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
         if not fenced and all(op.kind != "resume" for op in ops):

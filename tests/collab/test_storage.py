@@ -285,19 +285,6 @@ async def test_updated_at_is_exact_although_rows_are_touched_at_most_once_a_seco
 
 
 @pytest.mark.anyio
-async def test_appends_called_in_one_event_loop_turn_share_one_commit(db_path):
-    """They reach the writer together at the end of the turn: one wake-up, one fsync."""
-    with anyio.fail_after(TIMEOUT):
-        async with SQLiteStore(db_path) as store:
-            await store.append("warm", b"w")
-            commits = store.commits
-            writes = [store.append_future(f"doc-{i % 3}", b"%d" % i) for i in range(30)]
-            assert await asyncio.gather(*writes) == [i // 3 + 1 for i in range(30)]
-            assert store.commits == commits + 1
-            assert await store.load("doc-1") == [b"%d" % i for i in range(1, 30, 3)]
-
-
-@pytest.mark.anyio
 async def test_a_commit_delay_lets_appends_of_later_turns_share_the_commit(db_path):
     """With ``commit_delay`` the writer, once woken, waits for more before it commits: appends
     made over several event-loop turns inside the wait are acknowledged by one fsync."""
