@@ -49,6 +49,7 @@ from tether.protocol.yws import YSync
 
 from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
+from .pinning import pinned
 
 
 def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,6 +84,12 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--reps", type=int, default=4, help="reps per target with --compare")
     parser.add_argument("--png", dest="png_out", default=None, help="--compare: plot here")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the server it starts on the last CPU, the driver on the others"
+        " (collab.bench.pinning): the load generator stops stealing the server's CPU",
+    )
     parser.add_argument(
         "--with-ai",
         action="store_true",
@@ -425,7 +432,8 @@ def _run_against_own_server(args: argparse.Namespace, transport: str = "ws") -> 
             args.server_pid = proc.proc.pid
             token = args.token or proc.token(["*"])
             url = proc.ws_url if args.protocol == "tether" else proc.yjs_url
-            return asyncio.run(drive(args, url, token, transport))
+            with pinned(proc.proc.pid, args.pin):
+                return asyncio.run(drive(args, url, token, transport))
 
 
 def _report(result: dict[str, Any], json_out: str | None) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 from .hocuspocus import HocuspocusProcess
 from .launcher import REPO, ServerProcess
+from .pinning import pinned
 from .sync import drive
 
 HOCUSPOCUS = "hocuspocus"
@@ -88,7 +89,8 @@ def _run_one(args: argparse.Namespace, target: Target) -> dict[str, Any]:
         with HocuspocusProcess() as hocuspocus:
             assert hocuspocus.proc is not None
             own.server_pid = hocuspocus.proc.pid
-            return asyncio.run(drive(own, hocuspocus.ws_url, "bench"))
+            with pinned(own.server_pid, getattr(args, "pin", False)):
+                return asyncio.run(drive(own, hocuspocus.ws_url, "bench"))
     with tempfile.TemporaryDirectory() as data_dir:
         proc = ServerProcess(
             Path(data_dir),
@@ -101,7 +103,8 @@ def _run_one(args: argparse.Namespace, target: Target) -> dict[str, Any]:
         with proc:
             assert proc.proc is not None
             own.server_pid = proc.proc.pid
-            return asyncio.run(drive(own, proc.ws_url, args.token or proc.token(["*"])))
+            with pinned(own.server_pid, getattr(args, "pin", False)):
+                return asyncio.run(drive(own, proc.ws_url, args.token or proc.token(["*"])))
 
 
 def _figure(result: dict[str, Any], key: str, sub: str | None) -> float | None:
@@ -144,6 +147,7 @@ def summarise(
             "rate_per_editor": args.rate,
             "duration_s": args.duration,
             "reps": args.reps,
+            "pinned": getattr(args, "pin", False),
             "targets": {t.label: str(t.repo) if t.repo else HOCUSPOCUS for t in targets},
         },
         "medians": medians,
