@@ -106,7 +106,6 @@ _HELP = {
     "node_id": "this node's name on the bus and in /health (default: host-pid)",
     "store_outage_timeout": "seconds writes wait (unacked) for PostgreSQL before failing",
     "store_queue_bytes": "bytes of writes that may wait for PostgreSQL; more fail at once",
-    "sqlite_commit_delay": "seconds SQLite's writer waits for more writes to share a commit",
     "store_statement_cache_size": "prepared statements cached per PostgreSQL connection; 0 for"
     " PgBouncer in transaction pooling (so does ?pgbouncer=true in --store)",
     "bus_queue_bytes": "bytes waiting to be published to Redis; beyond it entries are dropped",

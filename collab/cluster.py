@@ -67,9 +67,7 @@ _GAP_GRACE_S = 0.2
 def build_store(settings: Settings, metrics: Metrics) -> Store:
     """SQLite in the data dir, or the PostgreSQL that ``--store`` names."""
     if not settings.store:
-        return SQLiteStore(
-            settings.data_dir / "tether.db", commit_delay=settings.sqlite_commit_delay
-        )
+        return SQLiteStore(settings.data_dir / "tether.db")
     dsn, behind_pgbouncer = pgbouncer_dsn(settings.store)
     return PostgresStore(
         dsn,

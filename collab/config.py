@@ -11,8 +11,6 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from tether.collab.sqlite_store import MAX_COMMIT_DELAY_S
-
 ENV_PREFIX = "TETHER_"
 
 
@@ -156,10 +154,6 @@ class Settings:
     # PostgreSQL unreachable: writes wait (unacked) this long, then fail; at most this many
     # bytes of writes wait, beyond it new ones fail at once.
     store_outage_timeout: float = 30.0
-    # SQLite: seconds the writer waits, once a write arrives, for more to share its commit and
-    # fsync. 0 (the default) commits at once: the lowest ack latency. A millisecond or two
-    # trades that much ack latency for fewer fsyncs and thread hand-offs under a steady load.
-    sqlite_commit_delay: float = 0.0
     store_queue_bytes: int = 64 * 1024 * 1024
     # asyncpg's cache of server-side prepared statements per connection; 0 turns it off, which a
     # PgBouncer in transaction pooling needs (a DSN with ?pgbouncer=true turns it off too).
@@ -231,8 +225,6 @@ class Settings:
             raise ValueError("store must be empty (SQLite) or a postgresql:// DSN")
         if self.bus and not (self.store and self.bus.startswith(("redis://", "rediss://"))):
             raise ValueError("bus must be a redis:// URL, and needs a postgresql:// store")
-        if not 0 <= self.sqlite_commit_delay <= MAX_COMMIT_DELAY_S:
-            raise ValueError(f"sqlite_commit_delay must be between 0 and {MAX_COMMIT_DELAY_S}")
         if self.store_statement_cache_size < 0:
             raise ValueError("store_statement_cache_size must be >= 0 (0: off, for PgBouncer)")
         if self.store_outage_timeout < 0 or self.bus_reconcile_interval <= 0:

@@ -43,8 +43,6 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = 3
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _BUSY_TIMEOUT_S = 5.0
-# A longer wait would hold every acknowledgement back longer than any disk takes to sync.
-MAX_COMMIT_DELAY_S = 0.1
 
 _UPDATES_TABLE = """CREATE TABLE IF NOT EXISTS updates (
         id INTEGER PRIMARY KEY,
@@ -116,25 +114,16 @@ class SQLiteStore(Store):
     """A durable Store in one SQLite file; ``commits`` counts the write transactions so far."""
 
     def __init__(
-        self,
-        path: str | Path,
-        *,
-        synchronous: str = "FULL",
-        max_batch: int = 1000,
-        commit_delay: float = 0.0,
+        self, path: str | Path, *, synchronous: str = "FULL", max_batch: int = 1000
     ) -> None:
         if synchronous.upper() not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {sorted(_SYNC_MODES)}")
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        if not 0.0 <= commit_delay <= MAX_COMMIT_DELAY_S:
-            raise ValueError(f"commit_delay must be between 0 and {MAX_COMMIT_DELAY_S} s")
         self.path = Path(path)
         self.commits = 0
         self._synchronous = synchronous.upper()
         self._max_batch = max_batch
-        # Seconds the writer waits, once woken, for more writes to share the commit (0: none).
-        self._commit_delay = commit_delay
         self._state: Lifecycle = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
@@ -287,13 +276,10 @@ class SQLiteStore(Store):
                 self._commit(writer, ops, fenced)
 
     def _take(self) -> tuple[list[_Op], bool]:
-        """Block for one op (then wait ``commit_delay`` for more to share the commit), then
-        take whatever else is queued, up to max_batch."""
+        """Block for one op, then take whatever else is queued, up to max_batch."""
         ops: list[_Op] = []
         waiting = self._queue
         item = waiting.get()
-        if item is not None and self._commit_delay:
-            time.sleep(self._commit_delay)  # the GIL is free meanwhile
         while item is not None:
             ops.append(item)
             if len(ops) >= self._max_batch or waiting.empty():

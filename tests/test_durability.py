@@ -55,12 +55,7 @@ def token_of(doc_index: int, k: int) -> str:
     return f"<{doc_index}:{k}é>"
 
 
-@pytest.mark.parametrize("commit_delay", [0.0, 0.002])
-async def test_every_acknowledged_edit_survives_a_kill_after_the_burst(
-    fresh_server: ServerProcess, commit_delay: float
-):
-    """Also with a commit delay: an ack still waits for the commit that holds the edit."""
-    fresh_server.settings["sqlite_commit_delay"] = commit_delay
+async def test_every_acknowledged_edit_survives_a_kill_after_the_burst(fresh_server: ServerProcess):
     fresh_server.start()
     names = [f"burst-{i}" for i in range(3)]
     token = fresh_server.token(names)

@@ -285,23 +285,6 @@ async def test_updated_at_is_exact_although_rows_are_touched_at_most_once_a_seco
 
 
 @pytest.mark.anyio
-async def test_a_commit_delay_lets_appends_of_later_turns_share_the_commit(db_path):
-    """With ``commit_delay`` the writer, once woken, waits for more before it commits: appends
-    made over several event-loop turns inside the wait are acknowledged by one fsync."""
-    with anyio.fail_after(TIMEOUT):
-        async with SQLiteStore(db_path, commit_delay=sqlite_store.MAX_COMMIT_DELAY_S) as store:
-            commits = store.commits
-            writes = []
-            for i in range(5):
-                writes.append(store.append_future("doc", b"%d" % i))
-                await asyncio.sleep(0)  # the next append is made in a later turn
-            assert await asyncio.gather(*writes) == [1, 2, 3, 4, 5]
-            assert store.commits == commits + 1
-    with pytest.raises(ValueError):
-        SQLiteStore(db_path, commit_delay=sqlite_store.MAX_COMMIT_DELAY_S * 2)
-
-
-@pytest.mark.anyio
 async def test_max_batch_bounds_the_appends_per_transaction(db_path):
     with anyio.fail_after(TIMEOUT):
         async with SQLiteStore(db_path, max_batch=1) as store:
