@@ -475,6 +475,13 @@ def test_bad_settings_are_refused_up_front(db_path):
         SQLiteStore(db_path, max_batch=0)
 
 
+# The log table as schemas 1 and 2 created it.
+_UPDATES_BEFORE_3 = (
+    "CREATE TABLE updates (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
+    " data BLOB NOT NULL)"
+)
+
+
 @pytest.mark.anyio
 async def test_a_schema_2_file_loses_autoincrement_and_keeps_every_log_in_order(db_path):
     """Schema 2's AUTOINCREMENT rewrote sqlite_sequence in every commit; opening the file
@@ -487,10 +494,7 @@ async def test_a_schema_2_file_loses_autoincrement_and_keeps_every_log_in_order(
             " updated_at REAL NOT NULL)"
         )
         conn.execute("CREATE TABLE snapshots (name TEXT PRIMARY KEY, data BLOB NOT NULL)")
-        conn.execute(
-            "CREATE TABLE updates (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
-            " data BLOB NOT NULL)"
-        )
+        conn.execute(_UPDATES_BEFORE_3)
         conn.execute("CREATE INDEX updates_by_name ON updates (name)")
         conn.execute("INSERT INTO documents VALUES ('a', 1.0, 2.0), ('b', 1.0, 2.0)")
         conn.execute("INSERT INTO snapshots VALUES ('a', x'736e6170')")
@@ -530,10 +534,7 @@ async def test_a_schema_1_file_is_migrated_with_its_snapshots_and_logs(db_path):
             "CREATE TABLE documents (name TEXT PRIMARY KEY, snapshot BLOB,"
             " created_at REAL NOT NULL, updated_at REAL NOT NULL)"
         )
-        conn.execute(
-            "CREATE TABLE updates (id INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL,"
-            " data BLOB NOT NULL)"
-        )
+        conn.execute(_UPDATES_BEFORE_3)
         conn.execute("INSERT INTO documents VALUES ('a', x'736e6170', 1.0, 2.0)")
         conn.execute("INSERT INTO documents VALUES ('b', NULL, 1.0, 2.0)")
         conn.execute("INSERT INTO updates (name, data) VALUES ('a', x'31'), ('b', x'32')")
