@@ -89,7 +89,7 @@ def _run_one(args: argparse.Namespace, target: Target) -> dict[str, Any]:
         with HocuspocusProcess() as hocuspocus:
             assert hocuspocus.proc is not None
             own.server_pid = hocuspocus.proc.pid
-            with pinned(own.server_pid, getattr(args, "pin", False)):
+            with pinned(own.server_pid, args.pin):
                 return asyncio.run(drive(own, hocuspocus.ws_url, "bench"))
     with tempfile.TemporaryDirectory() as data_dir:
         proc = ServerProcess(
@@ -103,7 +103,7 @@ def _run_one(args: argparse.Namespace, target: Target) -> dict[str, Any]:
         with proc:
             assert proc.proc is not None
             own.server_pid = proc.proc.pid
-            with pinned(own.server_pid, getattr(args, "pin", False)):
+            with pinned(own.server_pid, args.pin):
                 return asyncio.run(drive(own, proc.ws_url, args.token or proc.token(["*"])))
 
 
@@ -147,7 +147,7 @@ def summarise(
             "rate_per_editor": args.rate,
             "duration_s": args.duration,
             "reps": args.reps,
-            "pinned": getattr(args, "pin", False),
+            "pinned": args.pin,
             "targets": {t.label: str(t.repo) if t.repo else HOCUSPOCUS for t in targets},
         },
         "medians": medians,
