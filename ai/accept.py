@@ -18,8 +18,8 @@ from .positions import index_to_utf8
 from .records import TEXT_NAME
 
 if TYPE_CHECKING:
-    from tether.collab.peer import Peer
-    from tether.collab.room import Room
+    from tether.collab.rooms.peer import Peer
+    from tether.collab.rooms.room import Room
 
     from .flights import Flights
 

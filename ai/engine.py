@@ -40,8 +40,8 @@ from .serving import RequestServer
 from .status import StatusBoard
 
 if TYPE_CHECKING:
-    from tether.collab.peer import Peer
-    from tether.collab.room import Room
+    from tether.collab.rooms.peer import Peer
+    from tether.collab.rooms.room import Room
 
     from .embedder import Embedder
 

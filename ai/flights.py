@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pycrdt import Text
 
-from tether.collab.auth import OPEN_GRANT
+from tether.collab.auth.tokens import OPEN_GRANT
 from tether.protocol.ai import (
     JUNK_PREFIX,
     SuggestionDelta,
@@ -37,8 +37,8 @@ from .regions import RegionIndex
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from tether.collab.peer import Peer
-    from tether.collab.room import Room
+    from tether.collab.rooms.peer import Peer
+    from tether.collab.rooms.room import Room
 
     from .context import BuiltPrompt
     from .embedder import Embedder

@@ -25,8 +25,8 @@ from .refresher import Refresher
 from .scheduler import PREFETCH
 
 if TYPE_CHECKING:
-    from tether.collab.peer import Peer
-    from tether.collab.room import Room
+    from tether.collab.rooms.peer import Peer
+    from tether.collab.rooms.room import Room
 
     from .flights import Flights
 

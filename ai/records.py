@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from .providers.base import Cancellation
 
 if TYPE_CHECKING:
-    from tether.collab.peer import Peer
-    from tether.collab.room import Room
+    from tether.collab.rooms.peer import Peer
+    from tether.collab.rooms.room import Room
     from tether.protocol.ai import Suggest
 
     from .anchors import TextAnchor

@@ -27,8 +27,8 @@ from .records import TEXT_NAME, RoomState
 from .scheduler import PREFETCH
 
 if TYPE_CHECKING:
-    from tether.collab.peer import Peer
-    from tether.collab.room import Room
+    from tether.collab.rooms.peer import Peer
+    from tether.collab.rooms.room import Room
 
     from .flights import Flights
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .config import CHOICES, Settings, SettingsError, read_env_file, settings_from_env
-from .log_redaction import has_password
+from .runtime.log_redaction import has_password
 from .version import VERSION
 
 _HELP = {
@@ -326,8 +326,8 @@ def _serve(args: argparse.Namespace) -> int:
             )
     import uvicorn
 
-    from .raw_frames import RawFramesProtocol
     from .server import create_app
+    from .transport.raw_frames import RawFramesProtocol
 
     config = uvicorn.Config(
         create_app(settings),
@@ -348,16 +348,17 @@ def _serve(args: argparse.Namespace) -> int:
         # CPU on the fan-out path for nothing.
         ws_per_message_deflate=False,
         # uvicorn's sans-I/O WebSocket protocol, holding less per idle socket
-        # (collab.ws_protocol), plus pre-framed fan-out writes (collab.raw_frames): one write
-        # per peer per loop turn, no per-frame ASGI message.
+        # (collab.transport.ws_protocol), plus pre-framed fan-out writes
+        # (collab.transport.raw_frames): one write per peer per loop turn, no per-frame ASGI
+        # message.
         ws=RawFramesProtocol,
     )
     # After uvicorn.Config, which configures uvicorn's loggers and handlers: tokens in request
     # paths (the access log, WebSocket upgrade lines) never reach the log.
-    from .log_redaction import install as redact_tokens_in_logs
+    from .runtime.log_redaction import install as redact_tokens_in_logs
 
     redact_tokens_in_logs()
-    from .serving import AnnouncingServer
+    from .runtime.serving import AnnouncingServer
 
     server = AnnouncingServer(
         config, Path(settings.data_dir).resolve(), gc_freeze=settings.gc_policy == "freeze"
@@ -367,7 +368,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from .auth import make_token
+    from .auth.tokens import make_token
 
     secret = args.jwt_secret or settings_from_env().jwt_secret
     if not secret:

@@ -23,7 +23,8 @@ class Settings:
     auth: str = "jwt"
     jwt_secret: str = ""
     # Web origins besides this server's own and loopback that may open sockets and call the
-    # API from a browser, comma-separated ("https://docs.example.com"); see collab.origins.
+    # API from a browser, comma-separated ("https://docs.example.com"); see
+    # collab.connection.origins.
     allowed_origins: str = ""
     cors_origins: str = ""
     webhook_url: str = ""
@@ -63,7 +64,7 @@ class Settings:
     send_queue_frames: int = 2048
     # The send queue's bound in bytes (one frame larger than it is still sent when alone).
     send_queue_bytes: int = 8 * 1024 * 1024
-    # The HTTP fallback (collab.http_transport): sessions in all and per client address, the
+    # The HTTP fallback (collab.fallback.endpoints): sessions in all and per client address, the
     # bytes each may hold for resumption until its client acknowledges them (and all together),
     # how long one lives with no down request, the stream's heartbeat, a long poll's wait.
     http_sessions: int = 1024
@@ -79,17 +80,17 @@ class Settings:
     awareness_peer_bytes: int = 64 * 1024
     awareness_document_bytes: int = 4 * 1024 * 1024
     # An awareness client id stays bound to the token subject that showed it, this long after
-    # its connection left: another subject cannot claim it meanwhile (see collab.presence).
+    # its connection left: another subject cannot claim it meanwhile (see collab.rooms.presence).
     presence_claim_ttl: float = 3600.0
     presence_claims: int = 65536
     presence_claims_per_subject: int = 256
     unload_grace: float = 5.0
     # "freeze": what survives a full garbage collection is frozen, and complete walks come
-    # only after enough churn (collab.gc_policy); "default": CPython's own.
+    # only after enough churn (collab.runtime.gc_policy); "default": CPython's own.
     gc_policy: str = "freeze"
     compact_threshold: int = 500
-    # ... and once the log weighs this share of the snapshot (collab.compaction): folding a big
-    # document costs the whole document, so it must come after writing that grows with it.
+    # ... and once the log weighs this share of the snapshot (collab.storage.compaction): folding a
+    # big document costs the whole document, so it must come after writing that grows with it.
     compact_log_ratio: float = 1.0
     # Shared types nested deeper than this are refused before they are applied or stored (yrs
     # deletes nested types recursively; ~50,000 levels overflow its stack). Editors nest < 30.
@@ -145,7 +146,7 @@ class Settings:
     openai_model: str = ""
     openai_api_key: str = ""
     openai_api: str = "chat"
-    # Scale-out (collab.cluster): "" keeps the embedded SQLite store in data_dir; a
+    # Scale-out (collab.cluster.node): "" keeps the embedded SQLite store in data_dir; a
     # postgresql://user@host/db DSN shares one PostgreSQL between nodes. bus: redis://host:port
     # relays committed updates and presence between nodes (needs a PostgreSQL store).
     store: str = ""

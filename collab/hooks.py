@@ -39,11 +39,11 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .auth import AuthError, Grant
+from .auth.tokens import AuthError, Grant
 
 if TYPE_CHECKING:
-    from .peer import Peer
-    from .room import Room
+    from .rooms.peer import Peer
+    from .rooms.room import Room
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,8 @@ class ConnectionInfo:
     endpoint: str  # "ws", "yjs" or "http"
     path: str  # below where tether is mounted
     address: str
-    headers: Mapping[str, str]  # read-only (collab.request_headers: decoded on first read)
+    # read-only (collab.connection.request_headers: decoded on first read)
+    headers: Mapping[str, str]
     query: str = ""
     document: str | None = None  # /yjs names its one document in the path
     context: dict[str, Any] = field(default_factory=dict)  # filled by hooks, for hooks

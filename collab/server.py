@@ -33,31 +33,31 @@ from tether.protocol.ai import InvalidAiMessage, Suggest, decode_client_message
 from tether.protocol.errors import DecodeError
 from tether.protocol.session import QueueBudget
 
-from .address_limit import ConnectionsPerAddress
-from .auth import Authenticator, AuthError, Grant
-from .close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
-from .cluster import Cluster, build_store
+from .auth.grants import authenticate
+from .auth.tokens import Authenticator, AuthError, Grant
+from .cluster.node import Cluster, build_store
 from .config import Settings
-from .context import ServerContext, valid_document_name
-from .direct import TEXT_NAME, DirectConnection
-from .grants import authenticate
+from .connection.address_limit import ConnectionsPerAddress
+from .connection.close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
+from .connection.context import ServerContext, valid_document_name
+from .connection.mux import MuxConnection
+from .connection.origins import OriginPolicy, normalise_origin
+from .connection.request_headers import RequestHeaders
+from .connection.yws import YwsConnection
+from .connection.yws import authorize as authorize_yws
+from .fallback.endpoints import HttpTransport
 from .hooks import AuthRequest, ConnectionInfo, Hooks
-from .http_transport import HttpTransport
-from .metrics import Metrics, label_value
-from .mux_connection import MuxConnection
-from .origins import OriginPolicy, normalise_origin
-from .presence import PresenceLimits
-from .presence_claims import ClaimRegistry
-from .raw_frames import MessageSink, raw_frames_of
-from .request_headers import RequestHeaders
-from .rest_documents import DocumentsApi
-from .rooms import RoomManager
-from .storage import Store
+from .http.documents import DocumentsApi
+from .http.web_extras import FAVICON_PATH, favicon, openapi
+from .http.webhooks import WebhookExtension
+from .rooms.direct import TEXT_NAME, DirectConnection
+from .rooms.manager import RoomManager
+from .rooms.presence import PresenceLimits
+from .rooms.presence_claims import ClaimRegistry
+from .runtime.metrics import Metrics, label_value
+from .storage.store import Store
+from .transport.raw_frames import MessageSink, raw_frames_of
 from .version import VERSION
-from .web_extras import FAVICON_PATH, favicon, openapi
-from .webhooks import WebhookExtension
-from .yws_connection import YwsConnection
-from .yws_connection import authorize as authorize_yws
 
 log = logging.getLogger("tether")
 
@@ -76,8 +76,8 @@ class _AsgiWebSocket:
     def __init__(self, receive: Receive, send: Send, scope: Scope | None = None) -> None:
         self._receive = receive
         self._send = send
-        # tether serve's uvicorn protocol (collab.raw_frames), offering pre-framed synchronous
-        # writes and a receive fast path; None under a host app's server: plain ASGI.
+        # tether serve's uvicorn protocol (collab.transport.raw_frames), offering pre-framed
+        # synchronous writes and a receive fast path; None under a host app's server: plain ASGI.
         self._raw = raw_frames_of(scope)
 
     @property
@@ -305,7 +305,7 @@ class TetherServer:
     async def open_document(
         self, name: str, *, origin: object = "host"
     ) -> AsyncIterator[DirectConnection]:
-        """A server-side connection to ``name`` (see ``collab.direct``): the document stays
+        """A server-side connection to ``name`` (see ``collab.rooms.direct``): the document stays
         loaded until the block ends; edits carry ``origin`` and are durable when they return."""
         if not valid_document_name(name):
             raise ValueError("invalid document name")

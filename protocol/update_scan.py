@@ -6,7 +6,7 @@ structure it should not: a chain of nested types tens of thousands deep overflow
 deleted (SIGSEGV, the whole process), a value nested deep in a ``ContentAny`` recurses in its
 decoder, and an update whose dependencies are missing is parked as *pending* where a snapshot
 cannot see it. A scan refuses what no real Yjs client produces (unknown content kinds, nesting in
-values beyond ``MAX_VALUE_DEPTH``) and hands the rest to ``collab.update_guard`` as plain data.
+values beyond ``MAX_VALUE_DEPTH``) and hands the rest to ``collab.updates.guard`` as plain data.
 
 Format (lib0 v1, as ``Y.encodeStateAsUpdate`` writes it): clients, each with its structs from
 a start clock; each struct a GC, a Skip or an Item (info byte, optional origin, right origin or
@@ -52,7 +52,7 @@ class ScannedItem:
     content: int
     makes_type: bool
     # Offsets (from ``clock``) of the first unit of each character that takes two UTF-16 units:
-    # a boundary right after one splits a character (see collab.update_guard).
+    # a boundary right after one splits a character (see collab.updates.guard).
     pairs: tuple[int, ...] = ()
 
 

@@ -13,7 +13,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
-from tether.collab.auth import make_token
+from tether.collab.auth.tokens import make_token
 from tether.protocol.messages import Authenticated, AuthToken, Awareness, PermissionDenied, Sync
 from tether.protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
 
@@ -255,7 +255,8 @@ async def test_an_open_channel_is_revoked_when_its_token_expires(tmp_path):
 async def test_an_editor_cannot_overwrite_or_remove_another_editors_presence(
     server: ServerProcess,
 ):
-    """Another editor is another token subject (the same subject may take over: collab.presence)."""
+    """Another editor is another token subject (the same subject may take over:
+    collab.rooms.presence)."""
     name = unique("spoof")
     token = server.token([name])
     with anyio.fail_after(15):

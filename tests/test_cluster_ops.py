@@ -18,8 +18,8 @@ from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tests.test_cluster import Nodes, converged, editors, stored_text, tok
 from tether.collab.bench.engines import PgBouncer, PostgresServer, RedisServer, pgbouncer_binary
-from tether.collab.pg_store import PostgresStore
-from tether.collab.storage import StorageError
+from tether.collab.storage.postgres import PostgresStore
+from tether.collab.storage.store import StorageError
 
 pytestmark = pytest.mark.anyio
 

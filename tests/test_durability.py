@@ -167,8 +167,8 @@ async def test_compaction_folds_the_log_into_a_snapshot_and_keeps_the_content(
 async def test_a_big_documents_log_is_folded_by_its_weight_and_every_edit_survives(
     fresh_server: ServerProcess,
 ):
-    """Compaction (collab.compaction): a few keystrokes do not rewrite a big snapshot, neither
-    while the document is open nor when it unloads; a log that outweighs it is folded."""
+    """Compaction (collab.storage.compaction): a few keystrokes do not rewrite a big snapshot,
+    neither while the document is open nor when it unloads; a log that outweighs it is folded."""
     fresh_server.settings.update(compact_threshold=5, unload_grace=0.2)
     fresh_server.start()
     name = "weighed"

@@ -146,7 +146,7 @@ async def test_a_reader_that_varies_its_state_vector_gets_one_answer_paced_by_it
     big: ServerProcess, endpoint: str
 ):
     """Coalescing by equal state vectors cannot stop a different one each time, but a 3 MiB
-    answer is a chunked initial sync (collab.initial_sync): it queues one 256 KiB piece at a
+    answer is a chunked initial sync (collab.rooms.initial_sync): it queues one 256 KiB piece at a
     time, only once the socket took the one before, and further step1s while it runs are
     refused. A reader that never reads holds one diff and one piece, not N answers; once it
     reads, the rest arrives, ending in one SyncStep2. Nobody else is affected."""

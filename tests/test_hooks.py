@@ -17,7 +17,7 @@ from tests.hostproc import REPO, HostProcess
 from tests.httppeer import HttpMuxPeer, create_session
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import SECRET
-from tether.collab.auth import make_token
+from tether.collab.auth.tokens import make_token
 from tether.protocol.client import PermissionDeniedError, TetherClient
 from tether.protocol.messages import Stateless
 

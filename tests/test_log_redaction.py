@@ -15,7 +15,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.rawpeer import YwsPeer
 from tests.serverproc import ServerProcess
-from tether.collab.log_redaction import MARKER, redact
+from tether.collab.runtime.log_redaction import MARKER, redact
 
 pytestmark = pytest.mark.anyio
 

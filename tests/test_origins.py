@@ -12,7 +12,7 @@ from websockets.exceptions import InvalidStatus
 
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
-from tether.collab.origins import OriginPolicy, normalise_origin
+from tether.collab.connection.origins import OriginPolicy, normalise_origin
 
 pytestmark = pytest.mark.anyio
 

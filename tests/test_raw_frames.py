@@ -1,5 +1,5 @@
-"""The pre-framed fan-out path (collab.raw_frames) against the real server: frames of every
-WebSocket header size (7-bit, 16-bit and 64-bit lengths) reach another editor whole and in
+"""The pre-framed fan-out path (collab.transport.raw_frames) against the real server: frames of
+every WebSocket header size (7-bit, 16-bit and 64-bit lengths) reach another editor whole and in
 order, several per loop turn. The back-pressure side (a peer that never reads is closed 1013
 with its queue bounded in bytes) is attacked in test_exhaustion.py, over the same path.
 """

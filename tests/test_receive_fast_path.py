@@ -1,6 +1,6 @@
-"""The receive fast path (collab.raw_frames + MuxConnection.on_message) against the real server,
-over a raw TCP socket whose bytes the test cuts as it likes: frames split into single bytes or
-many to one write, a fragmented message with a ping inside it, and frames that websockets must
+"""The receive fast path (collab.transport.raw_frames + MuxConnection.on_message) against the real
+server, over a raw TCP socket whose bytes the test cuts as it likes: frames split into single bytes
+or many to one write, a fragmented message with a ping inside it, and frames that websockets must
 refuse (unmasked, too big) all end as they did before the fast path existed."""
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from websockets.exceptions import InvalidStatus
 
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import SECRET, ServerProcess, free_port
-from tether.collab.close_codes import TOKEN_EXPIRED
-from tether.collab.doc_globs import matches
+from tether.collab.auth.globs import matches
+from tether.collab.connection.close_codes import TOKEN_EXPIRED
 
 pytestmark = pytest.mark.anyio
 

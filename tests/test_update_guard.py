@@ -15,7 +15,7 @@ from pycrdt import Array, Doc, Text
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import TEXT, MuxPeer
 from tests.serverproc import ServerProcess
-from tether.collab.sqlite_store import SQLiteStore
+from tether.collab.storage.sqlite import SQLiteStore
 from tether.protocol.lib0 import Decoder, write_var_string, write_var_uint
 from tether.protocol.sync import SyncUpdate
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
-from tether.collab.webhooks import SIGNATURE_HEADER, sign
+from tether.collab.http.webhooks import SIGNATURE_HEADER, sign
 
 pytestmark = pytest.mark.anyio
 

@@ -17,13 +17,13 @@ _HERE = _Path(__file__).resolve().parent
 if not (_HERE / "collab").is_dir() and (_HERE.parent / "collab" / "__init__.py").is_file():
     __path__.append(str(_HERE.parent))  # a source checkout: tether.collab is ../collab
 
-from tether.collab.auth import AuthError, Grant  # noqa: E402
+from tether.collab.auth.tokens import AuthError, Grant  # noqa: E402
 from tether.collab.config import Settings  # noqa: E402
-from tether.collab.direct import DirectConnection, DocumentClosed  # noqa: E402
 from tether.collab.hooks import AuthRequest, ConnectionInfo, Extension  # noqa: E402
-from tether.collab.room import Room  # noqa: E402
+from tether.collab.rooms.direct import DirectConnection, DocumentClosed  # noqa: E402
+from tether.collab.rooms.room import Room  # noqa: E402
 from tether.collab.server import NotStarted, TetherServer, create_app  # noqa: E402
-from tether.collab.storage import StorageError, Store  # noqa: E402
+from tether.collab.storage.store import StorageError, Store  # noqa: E402
 from tether.collab.version import VERSION as __version__  # noqa: E402
 
 __all__ = [

@@ -3,7 +3,7 @@ its own (``Store``: load, append/append_future, compact, delete, list_documents,
 
 from __future__ import annotations
 
-from tether.collab.sqlite_store import SQLiteStore
-from tether.collab.storage import DocumentInfo, MemoryStore, StorageError, Store
+from tether.collab.storage.sqlite import SQLiteStore
+from tether.collab.storage.store import DocumentInfo, MemoryStore, StorageError, Store
 
 __all__ = ["DocumentInfo", "MemoryStore", "SQLiteStore", "StorageError", "Store"]

@@ -23,8 +23,8 @@ import uvicorn
 
 from tether.collab.bench.launcher import free_port
 from tether.collab.config import Settings
-from tether.collab.raw_frames import RawFramesProtocol
 from tether.collab.server import create_app
+from tether.collab.transport.raw_frames import RawFramesProtocol
 
 _CLIENT = """
 import asyncio, sys

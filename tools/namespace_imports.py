@@ -34,7 +34,7 @@ PACKAGES = "collab|ai|protocol"
 ROOTS = ("collab", "ai", "protocol", "tests", "examples", "tether", "README.md")
 SKIP = {"node_modules", "__pycache__", ".venv"}
 
-# "from collab.rooms import X" / "from ai import factory", at any indentation.
+# "from collab.rooms.manager import X" / "from ai import factory", at any indentation.
 FROM_IMPORT = re.compile(
     rf"^(?P<indent>[ \t]*)from (?P<module>(?:{PACKAGES})(?:\.[\w.]+)?) import ", re.M
 )

@@ -20,7 +20,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..log_redaction import has_password, redact_url
+from ..runtime.log_redaction import has_password, redact_url
 from .engines import PostgresServer, RedisServer
 from .launcher import ServerProcess
 

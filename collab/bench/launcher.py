@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from tether.collab.auth import make_token
+from ..auth.tokens import make_token
 
 DEFAULT_SECRET = "local-test-secret-0123456789abcdef"
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,7 @@ from tether.ai.providers.scripted import ScriptedProvider
 from tether.ai.records import TEXT_NAME
 from tether.ai.refresher import Refresher
 from tether.ai.scheduler import INTERACTIVE, Scheduler
-from tether.collab.auth import OPEN_GRANT
+from tether.collab.auth.tokens import OPEN_GRANT
 
 pytestmark = pytest.mark.anyio
 

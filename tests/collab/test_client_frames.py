@@ -1,5 +1,5 @@
-"""The receive fast path's frame finder (collab.client_frames) agrees with websockets' own frames:
-the same boundaries, the same payloads, and only a masked, final, reserved-bit-free binary
+"""The receive fast path's frame finder (collab.transport.client_frames) agrees with websockets' own
+frames: the same boundaries, the same payloads, and only a masked, final, reserved-bit-free binary
 frame taken as a message; everything else is left whole to websockets."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from websockets.frames import Frame, Opcode
 
-from tether.collab.client_frames import (
+from tether.collab.transport.client_frames import (
     BINARY,
     INCOMPLETE,
     OTHER,

@@ -6,14 +6,13 @@ from __future__ import annotations
 import pytest
 from pycrdt import Doc, Text
 
-from tether.collab.compaction import CompactionPolicy, LogSize
 from tether.collab.hooks import Hooks
-from tether.collab.metrics import Metrics
-from tether.collab.rooms import RoomManager
-from tether.collab.storage import MemoryStore
+from tether.collab.rooms.manager import RoomManager
+from tether.collab.runtime.metrics import Metrics
+from tether.collab.storage.compaction import CompactionPolicy, LogSize
+from tether.collab.storage.store import MemoryStore
 from tether.protocol.sync import SyncUpdate
-
-from .test_room import Capture, edit, make_peer
+from tether.tests.collab.test_room import Capture, edit, make_peer
 
 pytestmark = pytest.mark.anyio
 
@@ -133,7 +132,7 @@ async def test_another_nodes_update_applied_as_pending_is_never_folded_away() ->
             store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=2
         )
         room = await manager.acquire("doc")
-        await store.append("doc", second)  # committed by another node (collab.cluster)
+        await store.append("doc", second)  # committed by another node (collab.cluster.node)
         assert room.apply_remote(second, "remote", in_order=True)
         peer = make_peer(Capture())
         room.attach(peer)
@@ -147,8 +146,8 @@ async def test_another_nodes_update_applied_as_pending_is_never_folded_away() ->
 
 
 async def test_a_big_stored_document_loads_whole_with_its_log_counted_and_its_pending_kept():
-    """Past 64 KB the document is read in a worker thread (collab.rooms): the same doc, guard,
-    log size and pending updates as on the event loop."""
+    """Past 64 KB the document is read in a worker thread (collab.rooms.manager): the same doc,
+    guard, log size and pending updates as on the event loop."""
     first, second = dependent_pair()
     async with MemoryStore() as store:
         author = Doc()

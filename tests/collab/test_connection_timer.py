@@ -1,4 +1,4 @@
-"""The shared timer wheel lets an ended connection go at once (collab.connection_timer)."""
+"""The shared timer wheel lets an ended connection go at once (collab.transport.timer_wheel)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import weakref
 
 import pytest
 
-from tether.collab.connection_timer import ConnectionTimer
+from tether.collab.transport.timer_wheel import ConnectionTimer
 
 pytestmark = pytest.mark.anyio
 

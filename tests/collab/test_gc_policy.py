@@ -1,4 +1,5 @@
-"""tether serve's garbage-collector policy (collab.gc_policy), on this process's collector."""
+"""tether serve's garbage-collector policy (collab.runtime.gc_policy), on this process's
+collector."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tether.collab import gc_policy
+from tether.collab.runtime import gc_policy
 
 
 class Node:

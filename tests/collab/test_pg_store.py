@@ -13,8 +13,8 @@ import asyncpg
 import pytest
 
 from tether.collab.bench.engines import PostgresServer
-from tether.collab.pg_store import PostgresStore, SeqWatermark
-from tether.collab.storage import StorageError
+from tether.collab.storage.postgres import PostgresStore, SeqWatermark
+from tether.collab.storage.store import StorageError
 
 TIMEOUT = 30
 

@@ -7,14 +7,14 @@ import asyncio
 import pytest
 from pycrdt import Doc, Text
 
-from tether.collab.auth import OPEN_GRANT, Grant
+from tether.collab.auth.tokens import OPEN_GRANT, Grant
 from tether.collab.hooks import Hooks
-from tether.collab.metrics import Metrics
-from tether.collab.outbox import Outbox, SendBytes
-from tether.collab.peer import Peer
-from tether.collab.room import InvalidUpdate, Room
-from tether.collab.rooms import RoomManager
-from tether.collab.storage import MemoryStore
+from tether.collab.rooms.manager import RoomManager
+from tether.collab.rooms.peer import Peer
+from tether.collab.rooms.room import InvalidUpdate, Room
+from tether.collab.runtime.metrics import Metrics
+from tether.collab.storage.store import MemoryStore
+from tether.collab.transport.outbox import Outbox, SendBytes
 from tether.protocol.lib0 import Decoder
 from tether.protocol.messages import Awareness, Sync, SyncStatus, decode_frame
 from tether.protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, SyncUpdate, encode_awareness

@@ -1,4 +1,4 @@
-"""Order read off a document's history (collab.sequence_order) never contradicts yrs, and it
+"""Order read off a document's history (collab.updates.sequence_order) never contradicts yrs, and it
 settles the pairs of an honest offline burst without asking yrs."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import random
 import pytest
 from pycrdt import Doc, Text
 
-from tether.collab import update_guard
-from tether.collab.sequence_order import Chains, OrderFacts
-from tether.collab.update_guard import UpdateGuard, UpdateRefused, check_origin_order
+from tether.collab.updates import guard as update_guard
+from tether.collab.updates.guard import UpdateGuard, UpdateRefused, check_origin_order
+from tether.collab.updates.sequence_order import Chains, OrderFacts
 from tether.protocol.update_scan import scan_update
 
 

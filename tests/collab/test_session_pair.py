@@ -6,12 +6,12 @@ import pytest
 from pycrdt import Text
 
 from tests.collab.test_room import ListOutbox
-from tether.collab.auth import Authenticator, AuthError, make_token
+from tether.collab.auth.tokens import Authenticator, AuthError, make_token
 from tether.collab.hooks import Hooks
-from tether.collab.metrics import Metrics
-from tether.collab.peer import Peer
-from tether.collab.room import Room
-from tether.collab.storage import MemoryStore
+from tether.collab.rooms.peer import Peer
+from tether.collab.rooms.room import Room
+from tether.collab.runtime.metrics import Metrics
+from tether.collab.storage.store import MemoryStore
 from tether.protocol.client_session import AuthRefused, ClientSession
 from tether.protocol.messages import Awareness, QueryAwareness, Sync
 from tether.protocol.session import (

@@ -16,10 +16,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tether.collab import sqlite_store
-from tether.collab.pg_store import PostgresStore
-from tether.collab.sqlite_store import SCHEMA_VERSION, SQLiteStore
-from tether.collab.storage import MemoryStore, StorageError, Store
+from tether.collab.storage import sqlite as sqlite_store
+from tether.collab.storage.postgres import PostgresStore
+from tether.collab.storage.sqlite import SCHEMA_VERSION, SQLiteStore
+from tether.collab.storage.store import MemoryStore, StorageError, Store
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 20
@@ -320,7 +320,7 @@ async def test_the_file_is_in_wal_mode_with_a_schema_version(db_path):
 CHILD = textwrap.dedent(
     """
     import asyncio, sys
-    from tether.collab.sqlite_store import SQLiteStore
+    from tether.collab.storage.sqlite import SQLiteStore
 
     WORKERS = 8
 

@@ -24,8 +24,8 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int, required=True)
 parser.add_argument("--data-dir", required=True)
 parser.add_argument("--secret", required=True)
-# tether serve's own websockets protocol (collab.ws_protocol), which drops the scope's headers
-# after the accept: hooks must still see them.
+# tether serve's own websockets protocol (collab.transport.ws_protocol), which drops the scope's
+# headers after the accept: hooks must still see them.
 parser.add_argument("--slim-ws", action="store_true")
 args = parser.parse_args()
 
@@ -183,7 +183,7 @@ app = Starlette(
     lifespan=lifespan,
 )
 if args.slim_ws:
-    from tether.collab.ws_protocol import SlimWebSocketsProtocol
+    from tether.collab.transport.ws_protocol import SlimWebSocketsProtocol
 
     uvicorn.run(app, host="127.0.0.1", port=args.port, ws=SlimWebSocketsProtocol)
 else:

@@ -43,7 +43,7 @@ from tether.protocol.sync import (
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_MD = ROOT / "protocol" / "PROTOCOL.md"
 SESSION_PY = ROOT / "protocol" / "session.py"
-CLOSE_CODES_PY = ROOT / "collab" / "close_codes.py"
+CLOSE_CODES_PY = ROOT / "collab" / "connection" / "close_codes.py"
 AI_ERRORS_PY = ROOT / "ai" / "errors.py"
 
 

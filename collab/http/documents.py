@@ -1,0 +1,371 @@
+"""The document endpoints of the REST API: read and export, import, delete, named versions.
+
+``TetherServer.routes()`` mounts ``DocumentsApi.routes()``; each handler checks the token and
+the name, then hands the work to the room manager, the store and ``document_edits``. Readers use
+``RoomManager.visit``, so REST never pins a document loaded (issue 10, item 9), and an unknown
+name is never loaded at all. Names are checked by the rule /ws applies (``valid_document_name``).
+
+"Unknown" (404): not in the store, and not loaded with content (an editor's first edit is in
+memory before its append commits). A name an editor has open but never edited is unknown too:
+there is nothing to read, export or delete yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pycrdt import Text
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from ..auth.tokens import Grant
+from ..connection.context import ServerContext, valid_document_name
+from ..rooms.direct import TEXT_NAME
+from ..rooms.document_edits import (
+    ImportRefused,
+    RestOrigin,
+    import_update,
+    restore_text,
+    text_of_state,
+)
+from ..rooms.manager import DocumentQuarantined
+from ..rooms.room import RoomClosed
+from ..storage.store import StorageError, VersionInfo
+
+log = logging.getLogger("tether.rest")
+
+DELETED_REASON = "document deleted"
+FORMATS = ("json", "text", "markdown", "yjs")
+MAX_LABEL_CHARS = 200
+_EMPTY_STATE = b"\x00"  # the state vector of a document with nothing in it
+_MAX_LOGGED = 1024
+
+GrantOf = Callable[[Request, str | None], Awaitable[Grant | None]]
+
+
+class DocumentsApi:
+    """The handlers; ``context`` and ``engine`` are read per request (a server may restart)."""
+
+    def __init__(
+        self, context: Callable[[], ServerContext], grant_of: GrantOf, engine: Callable[[], Any]
+    ) -> None:
+        self._context = context
+        self._grant_of = grant_of
+        self._engine = engine
+        self._version_lock = asyncio.Lock()  # count check + add, one at a time (rare writes)
+        self._logged: set[tuple[str, str]] = set()  # (address, limit): each logged once
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/versions/{name:path}", self.versions, methods=["GET", "POST"]),
+            Route("/api/restore/{name:path}", self.restore, methods=["POST"]),
+            Route(
+                "/api/documents/{name:path}",
+                self.document,
+                methods=["GET", "PUT", "POST", "DELETE"],
+            ),
+        ]
+
+    # ---- /api/documents/{name} -----------------------------------------------------------------
+
+    async def document(self, request: Request) -> Response:
+        if request.method == "GET":
+            return await self.read(request)
+        if request.method == "DELETE":
+            return await self.delete(request)
+        return await self.import_(request)
+
+    async def read(self, request: Request) -> Response:
+        name, refusal = await self._check(request, write=False)
+        if refusal is not None:
+            return refusal
+        export = request.query_params.get("format", "json")
+        if export not in FORMATS:
+            return _error(400, f"unknown format {export[:32]!r}; one of {', '.join(FORMATS)}")
+        ctx = self._context()
+        if not await _known(ctx, name):
+            return _error(404, "no such document")
+        try:
+            async with ctx.rooms.visit(name) as room:
+                if room.catch_up is not None:  # several nodes: what others acked too
+                    await room.catch_up()
+                text = str(room.doc.get(TEXT_NAME, type=Text))
+                peers = len(room.peers)
+                state = room.doc.get_update() if export == "yjs" else b""
+        except DocumentQuarantined as exc:
+            return _error(409, str(exc))
+        if export == "json":
+            return JSONResponse({"name": name, "text": text, "peers": peers})
+        return _export(name, export, text, state)
+
+    async def delete(self, request: Request) -> Response:
+        name, refusal = await self._check(request, write=True)
+        if refusal is not None:
+            return refusal
+        ctx = self._context()
+        if not await _known(ctx, name) and not await _has_versions(ctx, name):
+            return _error(404, "no such document")
+        await ctx.rooms.delete(name, DELETED_REASON)
+        engine = self._engine()
+        dropped = engine.forget_document(name) if engine is not None else 0
+        log.info("document %r deleted (%d cached suggestions dropped)", name[:64], dropped)
+        return JSONResponse({"name": name, "deleted": True})
+
+    async def import_(self, request: Request) -> Response:
+        name, refusal = await self._check(request, write=True)
+        if refusal is not None:
+            return refusal
+        if _content_type(request) != "application/octet-stream":
+            # A cross-site <form> cannot send this type without a preflight.
+            return _error(415, "Content-Type must be application/octet-stream (a Yjs update)")
+        ctx = self._context()
+        body = await self._body(request, ctx)
+        if isinstance(body, Response):
+            return body
+        if not body:
+            return _error(400, "empty body: expected a Yjs update")
+        grant = await self._grant_of(request, name)
+        origin = RestOrigin("import", grant.subject if grant else "")
+        try:
+            async with ctx.rooms.visit(name) as room:
+                written = import_update(room, body, origin)
+                await written
+        except ImportRefused as exc:
+            ctx.metrics.update_refusals.labels(exc.limit).inc()
+            self._log_once(request, exc.limit, f"refused an imported update of {name[:64]!r}")
+            status = 400 if exc.limit == "malformed" else 422
+            return _error(status, str(exc))
+        except DocumentQuarantined as exc:
+            return _error(409, str(exc))
+        except (RoomClosed, StorageError):
+            return _error(503, "the document is busy or could not be stored; try again")
+        return JSONResponse({"name": name, "imported": True})
+
+    # ---- versions ------------------------------------------------------------------------------
+
+    async def versions(self, request: Request) -> Response:
+        write = request.method == "POST"
+        name, refusal = await self._check(request, write=write)
+        if refusal is not None:
+            return refusal
+        ctx = self._context()
+        try:
+            if write:
+                return await self._create_version(request, ctx, name)
+            version = request.query_params.get("id")
+            if version is not None:
+                return await self._one_version(request, ctx, name, version)
+            if not await _known(ctx, name) and not await _has_versions(ctx, name):
+                return _error(404, "no such document")
+            listed = await ctx.store.list_versions(name)
+        except StorageError as exc:
+            return _error(501, str(exc))  # a store that keeps no versions
+        return JSONResponse({"name": name, "versions": [_version_json(v) for v in listed]})
+
+    async def _create_version(self, request: Request, ctx: ServerContext, name: str) -> Response:
+        fields = await self._json(request, ctx)
+        if isinstance(fields, Response):
+            return fields
+        label = fields.get("label")
+        if not isinstance(label, str) or not 0 < len(label) <= MAX_LABEL_CHARS:
+            return _error(400, f"'label' must be a string of 1 to {MAX_LABEL_CHARS} characters")
+        if not await _known(ctx, name):
+            return _error(404, "no such document")
+        async with self._version_lock:
+            try:
+                async with ctx.rooms.visit(name) as room:
+                    if room.catch_up is not None:  # several nodes: what others acked too
+                        await room.catch_up()
+                    state = room.doc.get_update()
+            except DocumentQuarantined as exc:
+                return _error(409, str(exc))
+            existing = await ctx.store.list_versions(name)
+            refusal = self._version_limit(request, ctx, name, existing, len(state))
+            if refusal is not None:
+                return refusal
+            info = await ctx.store.add_version(name, label, state)
+        return JSONResponse(_version_json(info), status_code=201)
+
+    def _version_limit(
+        self,
+        request: Request,
+        ctx: ServerContext,
+        name: str,
+        existing: list[VersionInfo],
+        size: int,
+    ) -> Response | None:
+        settings = ctx.settings
+        if len(existing) >= settings.max_versions_per_document:
+            limit = "max_versions_per_document"
+            reason = f"this document has {len(existing)} versions, the most it may keep"
+        elif sum(v.size for v in existing) + size > settings.max_version_bytes_per_document:
+            limit = "max_version_bytes_per_document"
+            reason = "this document's versions would pass their byte limit"
+        else:
+            return None
+        ctx.metrics.limit_refusals.labels(limit).inc()
+        self._log_once(request, limit, f"refused a version of {name[:64]!r}")
+        return _error(409, f"{reason} ({limit})")
+
+    async def _one_version(
+        self, request: Request, ctx: ServerContext, name: str, version: str
+    ) -> Response:
+        if not version.isdigit() or len(version) > 18:
+            return _error(400, "'id' must be a version number")
+        export = request.query_params.get("format", "json")
+        if export not in FORMATS:
+            return _error(400, f"unknown format {export[:32]!r}; one of {', '.join(FORMATS)}")
+        state = await ctx.store.load_version(name, int(version))
+        if state is None:
+            return _error(404, "no such version")
+        text = text_of_state(state)
+        if export != "json":
+            return _export(f"{name}@{version}", export, text, state)
+        info = next((v for v in await ctx.store.list_versions(name) if v.id == int(version)), None)
+        if info is None:
+            return _error(404, "no such version")
+        return JSONResponse({**_version_json(info), "text": text})
+
+    async def restore(self, request: Request) -> Response:
+        name, refusal = await self._check(request, write=True)
+        if refusal is not None:
+            return refusal
+        ctx = self._context()
+        fields = await self._json(request, ctx)
+        if isinstance(fields, Response):
+            return fields
+        version = fields.get("version")
+        if isinstance(version, bool) or not isinstance(version, int):
+            return _error(400, "'version' must be a version number")
+        try:
+            state = await ctx.store.load_version(name, version)
+        except StorageError as exc:
+            return _error(501, str(exc))
+        if state is None:
+            return _error(404, "no such version")
+        grant = await self._grant_of(request, name)
+        origin = RestOrigin("restore", grant.subject if grant else "")
+        try:
+            async with ctx.rooms.visit(name) as room:
+                await restore_text(room, state, origin)
+                text = str(room.doc.get(TEXT_NAME, type=Text))
+        except DocumentQuarantined as exc:
+            return _error(409, str(exc))
+        except (RoomClosed, StorageError):
+            return _error(503, "the document is busy or could not be stored; try again")
+        return JSONResponse({"name": name, "restored": version, "text": text})
+
+    # ---- shared checks -------------------------------------------------------------------------
+
+    async def _check(self, request: Request, *, write: bool) -> tuple[str, Response | None]:
+        """The document name, or a refusal: 401 no/invalid token, 400 a name /ws refuses,
+        403 a token for other documents, or a readonly token where writing is asked."""
+        name = request.path_params["name"]
+        grant = await self._grant_of(request, name)
+        if grant is None:
+            return name, _error(401, "missing, invalid or expired token")
+        if not valid_document_name(name):
+            return name, _error(400, "invalid document name")
+        if not grant.allows(name):
+            return name, _error(403, "document not allowed by token")
+        if write and not grant.writable:
+            return name, _error(403, "this needs a read-write token")
+        return name, None
+
+    async def _body(self, request: Request, ctx: ServerContext) -> bytes | Response:
+        """The body, up to the frame cap (the largest update /ws accepts): 413 past it."""
+        limit = ctx.settings.max_frame_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            return self._too_large(request, ctx)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return self._too_large(request, ctx)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def _too_large(self, request: Request, ctx: ServerContext) -> Response:
+        ctx.metrics.limit_refusals.labels("max_frame_bytes").inc()
+        self._log_once(request, "max_frame_bytes", "refused a REST body over the frame cap")
+        return _error(413, "body larger than the frame cap (max_frame_bytes)")
+
+    async def _json(self, request: Request, ctx: ServerContext) -> dict[str, Any] | Response:
+        if _content_type(request) != "application/json":
+            return _error(415, "Content-Type must be application/json")
+        body = await self._body(request, ctx)
+        if isinstance(body, Response):
+            return body
+        try:
+            fields = json.loads(body)
+        except ValueError:
+            return _error(400, "body is not JSON")
+        if not isinstance(fields, dict):
+            return _error(400, "body must be a JSON object")
+        return fields
+
+    def _log_once(self, request: Request, limit: str, detail: str) -> None:
+        address = request.client.host if request.client else "unknown"
+        key = (address[:64], limit)
+        if key in self._logged:
+            return
+        if len(self._logged) >= _MAX_LOGGED:
+            self._logged.clear()
+        self._logged.add(key)
+        log.warning("%s from %s (%s); further ones not logged", detail, key[0], limit)
+
+
+async def _known(ctx: ServerContext, name: str) -> bool:
+    room = ctx.rooms.rooms.get(name)
+    if room is not None and not room.deleted and room.doc.get_state() != _EMPTY_STATE:
+        return True
+    return await ctx.store.info(name) is not None
+
+
+async def _has_versions(ctx: ServerContext, name: str) -> bool:
+    try:
+        return bool(await ctx.store.list_versions(name))
+    except StorageError:
+        return False
+
+
+def _export(name: str, export: str, text: str, state: bytes) -> Response:
+    base = _filename(name)
+    headers = {"X-Content-Type-Options": "nosniff"}
+    if export == "yjs":
+        headers["Content-Disposition"] = f'attachment; filename="{base}.yjs"'
+        return Response(state, media_type="application/octet-stream", headers=headers)
+    if export == "markdown":
+        # The editor's text is plain text that users write Markdown in: served as it is.
+        headers["Content-Disposition"] = f'attachment; filename="{base}.md"'
+        return Response(text, media_type="text/markdown; charset=utf-8", headers=headers)
+    headers["Content-Disposition"] = f'inline; filename="{base}.txt"'
+    return Response(text, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._@-]+")
+
+
+def _filename(name: str) -> str:
+    """The name's last path segment, cut to characters safe in any header and file system."""
+    last = name.rstrip("/").rsplit("/", 1)[-1]
+    return _UNSAFE.sub("_", last).strip("._")[:100] or "document"
+
+
+def _version_json(info: VersionInfo) -> dict[str, Any]:
+    return {"id": info.id, "label": info.label, "created_at": info.created_at, "size": info.size}
+
+
+def _content_type(request: Request) -> str:
+    return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _error(status: int, reason: str) -> Response:
+    return JSONResponse({"error": reason}, status_code=status)

@@ -1,0 +1,330 @@
+"""The OpenAPI 3.1 description of tether's HTTP API, written by hand as one dict.
+
+Hand-written rather than generated: the API is a dozen operations whose handlers parse their
+own input (bytes, query flags, SSE), so a generator would need a schema layer bigger than this
+file, and the description would still have to be checked against real answers. That check is
+``tests/test_rest_documents.py``: it validates the server's actual responses against the
+schemas below (OpenAPI 3.1 schemas are JSON Schema 2020-12), so the two cannot drift silently.
+
+Knows nothing of Starlette; ``description(base)`` fills in where tether is mounted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..version import VERSION
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(name: str, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(name)}}}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    reasons = {
+        400: "bad input: an invalid name, format, body or version number; a malformed update",
+        401: "missing, invalid or expired token",
+        403: "the token does not allow this document, or is readonly where writing is asked",
+        404: "no such document (never stored, not loaded with content) or version",
+        409: "the document is quarantined, or a version limit is reached",
+        413: "body larger than the frame cap (max_frame_bytes)",
+        415: "wrong Content-Type",
+        422: "the update guard refused the update (nesting, dependencies, origins)",
+        501: "the store keeps no versions",
+        503: "the document is busy or could not be stored",
+    }
+    return {str(s): _json("Error", reasons[s]) for s in statuses}
+
+
+_NAME = {
+    "name": "name",
+    "in": "path",
+    "required": True,
+    "description": "The document name; may contain '/' (e.g. notes/today); 1-512 characters,"
+    " no control characters; percent-encode what a URL path cannot hold",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 512},
+}
+_FORMAT = {
+    "name": "format",
+    "in": "query",
+    "required": False,
+    "description": "json (default); text (text/plain); markdown (the same text as"
+    " text/markdown: editors write Markdown in plain text); yjs (the full Yjs update, for"
+    " backups and PUT)",
+    "schema": {"type": "string", "enum": ["json", "text", "markdown", "yjs"]},
+}
+_EXPORTS = {
+    "text/plain": {"schema": {"type": "string"}},
+    "text/markdown": {"schema": {"type": "string"}},
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+}
+_BEARER = [{"bearer": []}]
+
+SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {"error": {"type": "string"}},
+    },
+    "Health": {
+        "type": "object",
+        "required": ["status", "version", "documents_loaded", "ai"],
+        "properties": {
+            "status": {"const": "ok"},
+            "version": {"type": "string"},
+            "documents_loaded": {"type": "integer", "minimum": 0},
+            "ai": {"type": "object", "required": ["state"]},
+        },
+    },
+    "DocumentList": {
+        "type": "object",
+        "required": ["documents"],
+        "properties": {
+            "documents": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "required": ["name", "created_at", "updated_at", "stored_bytes", "loaded"],
+                    "properties": {
+                        "name": {"type": "string"},
+                        "created_at": {"type": "number"},
+                        "updated_at": {"type": "number"},
+                        "stored_bytes": {"type": "integer", "minimum": 0},
+                        "loaded": {"type": "boolean"},
+                    },
+                },
+            }
+        },
+    },
+    "Document": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "text", "peers"],
+        "properties": {
+            "name": {"type": "string"},
+            "text": {"type": "string"},
+            "peers": {"type": "integer", "minimum": 0, "description": "editors attached now"},
+        },
+    },
+    "Deleted": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "deleted"],
+        "properties": {"name": {"type": "string"}, "deleted": {"const": True}},
+    },
+    "Imported": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "imported"],
+        "properties": {"name": {"type": "string"}, "imported": {"const": True}},
+    },
+    "Version": {
+        "type": "object",
+        "required": ["id", "label", "created_at", "size"],
+        "properties": {
+            "id": {"type": "integer", "minimum": 1},
+            "label": {"type": "string", "minLength": 1, "maxLength": 200},
+            "created_at": {"type": "number", "description": "unix seconds"},
+            "size": {"type": "integer", "minimum": 0, "description": "bytes of saved state"},
+        },
+    },
+    "VersionWithText": {
+        "allOf": [
+            _ref("Version"),
+            {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
+        ]
+    },
+    "VersionList": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "versions"],
+        "properties": {
+            "name": {"type": "string"},
+            "versions": {"type": "array", "items": _ref("Version")},
+        },
+    },
+    "NewVersion": {
+        "type": "object",
+        "required": ["label"],
+        "properties": {"label": {"type": "string", "minLength": 1, "maxLength": 200}},
+    },
+    "RestoreRequest": {
+        "type": "object",
+        "required": ["version"],
+        "properties": {"version": {"type": "integer", "minimum": 1}},
+    },
+    "Restored": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "restored", "text"],
+        "properties": {
+            "name": {"type": "string"},
+            "restored": {"type": "integer"},
+            "text": {"type": "string", "description": "the document's text after the restore"},
+        },
+    },
+}
+
+_IMPORT: dict[str, Any] = {
+    "summary": "Import a Yjs update as one CRDT change (connected editors follow)",
+    "description": "Checked by the update guard exactly as a /ws update is; at most"
+    " max_frame_bytes. A new name is created. PUT and POST are the same.",
+    "requestBody": {
+        "required": True,
+        "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+    },
+    "responses": {
+        "200": _json("Imported", "applied and durable"),
+        **_errors(400, 401, 403, 409, 413, 415, 422, 503),
+    },
+}
+
+PATHS: dict[str, Any] = {
+    "/health": {
+        "get": {
+            "summary": "Liveness, version, loaded documents and the AI's state",
+            "security": [],
+            "responses": {"200": _json("Health", "the server is up")},
+        }
+    },
+    "/api/documents": {
+        "get": {
+            "summary": "The stored documents this token may open",
+            "responses": {"200": _json("DocumentList", "sorted by name"), **_errors(401)},
+        }
+    },
+    "/api/documents/{name}": {
+        "parameters": [_NAME],
+        "get": {
+            "summary": "Read or export a document (never loads an unknown name)",
+            "parameters": [_FORMAT],
+            "responses": {
+                "200": {
+                    "description": "the document (json) or its export",
+                    "content": {"application/json": {"schema": _ref("Document")}, **_EXPORTS},
+                },
+                **_errors(400, 401, 403, 404, 409),
+            },
+        },
+        "put": _IMPORT,
+        "post": _IMPORT,
+        "delete": {
+            "summary": "Delete the document, its versions and its cached suggestions",
+            "description": "Editors connected to it are told: on /ws the channel gets"
+            " PermissionDenied 'document deleted', a /yjs socket is closed with 4410. A later"
+            " open starts a fresh empty document. Needs a read-write token.",
+            "responses": {
+                "200": _json("Deleted", "deleted"),
+                **_errors(400, 401, 403, 404),
+            },
+        },
+    },
+    "/api/versions/{name}": {
+        "parameters": [_NAME],
+        "get": {
+            "summary": "List the document's named versions, or (with id) get one",
+            "parameters": [
+                {"name": "id", "in": "query", "required": False, "schema": {"type": "integer"}},
+                _FORMAT,
+            ],
+            "responses": {
+                "200": {
+                    "description": "the list (no id), or one version (json) or its export",
+                    "content": {
+                        "application/json": {
+                            "schema": {"oneOf": [_ref("VersionList"), _ref("VersionWithText")]}
+                        },
+                        **_EXPORTS,
+                    },
+                },
+                **_errors(400, 401, 403, 404, 501),
+            },
+        },
+        "post": {
+            "summary": "Save the document's current state as a named version",
+            "description": "Bounded per document by max_versions_per_document and"
+            " max_version_bytes_per_document (409 past them). Needs a read-write token.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("NewVersion")}},
+            },
+            "responses": {
+                "201": _json("Version", "saved"),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 501),
+            },
+        },
+    },
+    "/api/restore/{name}": {
+        "parameters": [_NAME],
+        "post": {
+            "summary": "Make the text equal a saved version's, as one new CRDT change",
+            "description": "Not a rewind: history is kept and connected editors follow."
+            " Needs a read-write token.",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("RestoreRequest")}},
+            },
+            "responses": {
+                "200": _json("Restored", "restored and durable"),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 501, 503),
+            },
+        },
+    },
+    "/api/suggest": {
+        "post": {
+            "summary": "An AI suggestion as server-sent events (see protocol/PROTOCOL.md)",
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {
+                        "schema": {
+                            "type": "object",
+                            "required": ["doc"],
+                            "properties": {"doc": {"type": "string"}, "text": {"type": "string"}},
+                        }
+                    }
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "the suggestion's messages as SSE `data:` lines",
+                    "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                },
+                **_errors(400, 401, 403, 415),
+                "503": _json("Error", "AI suggestions are off"),
+            },
+        }
+    },
+}
+
+
+def description(base: str = "") -> dict[str, Any]:
+    """The OpenAPI document for a server mounted at ``base`` ("" at the root)."""
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "tether",
+            "version": VERSION,
+            "description": "Documents over REST. Sync and AI suggestions are on the /ws"
+            " WebSocket (protocol/PROTOCOL.md), plain y-websocket on /yjs/{name}.",
+        },
+        "servers": [{"url": base or "/"}],
+        "security": _BEARER,
+        "paths": PATHS,
+        "components": {
+            "schemas": SCHEMAS,
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "bearerFormat": "JWT",
+                    "description": "a token from `tether token` (any string with --auth none)",
+                }
+            },
+        },
+    }

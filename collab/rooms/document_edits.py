@@ -1,0 +1,109 @@
+"""Changes that come from outside any connection (a REST import, a version restore), applied to
+a loaded room as ordinary CRDT changes: broadcast to its editors, stored, durable when awaited.
+
+Knows nothing of HTTP. An imported update goes through the same checks, in the same order, as
+a peer's update in ``Room.receive_update``: the scan, the update guard (nesting, dependencies),
+the origin-order checks before and after applying; a refusal leaves the document unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from pycrdt import Doc, Text
+
+from tether.protocol.update_scan import MalformedUpdate, scan_update
+
+from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
+from .direct import TEXT_NAME
+from .room import InvalidUpdate, Room, apply_update
+
+
+@dataclass(frozen=True, slots=True)
+class RestOrigin:
+    """The origin of a change made over REST (hooks see it in ``on_change``)."""
+
+    action: str  # "import" or "restore"
+    subject: str  # the token's subject
+
+
+class ImportRefused(Exception):
+    """The update is not applied; ``limit`` names the check (as in tether_update_refusals_total),
+    ``str(exc)`` is safe to show the client."""
+
+    def __init__(self, limit: str, reason: str) -> None:
+        super().__init__(reason)
+        self.limit = limit
+
+
+def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[int]:
+    """Apply a Yjs update to ``room`` as one change; raises ImportRefused (nothing applied)."""
+    try:
+        scan = scan_update(update)
+        room.guard.check(scan)  # MissingDependencies is an UpdateRefused too
+        applied_pairs = check_origin_order(room.doc, scan, room.guard)
+    except MalformedUpdate as exc:
+        raise ImportRefused("malformed", f"malformed update: {exc}") from exc
+    except UpdateRefused as exc:
+        raise ImportRefused(exc.limit, str(exc)) from exc
+
+    def change(doc: Doc) -> None:
+        apply_update(doc, update, origin)
+        if applied_pairs:
+            check_applied_origin_order(doc, applied_pairs)
+
+    try:
+        # Room.edit re-scans and admits what actually changed, broadcasts and stores it.
+        return room.edit(change, origin)
+    except (InvalidUpdate, UpdateRefused) as exc:
+        # yrs may have applied part of it before failing, and nothing of it was broadcast or
+        # stored: rebuild the document from the store, as the socket path does.
+        room._start_reload()
+        limit = exc.limit if isinstance(exc, UpdateRefused) else "apply_failed"
+        raise ImportRefused(limit, f"update refused: {exc}") from exc
+
+
+def restore_text(room: Room, state: bytes, origin: object) -> asyncio.Future[int]:
+    """Make the room's text equal the text of ``state`` (a saved full update) with one new
+    change that replaces only the part that differs; history is not rewound."""
+    saved = Doc()
+    saved.apply_update(state)
+    target = str(saved.get(TEXT_NAME, type=Text))
+
+    def change(doc: Doc) -> None:
+        text = doc.get(TEXT_NAME, type=Text)
+        current = str(text)
+        start, end_current, end_target = _differing_span(current, target)
+        # pycrdt indexes Text by UTF-8 bytes
+        first = _utf8_len(current[:start])
+        last = first + _utf8_len(current[start:end_current])
+        if last > first:
+            del text[first:last]
+        if end_target > start:
+            text.insert(first, target[start:end_target])
+
+    return room.edit(change, origin)
+
+
+def text_of_state(state: bytes) -> str:
+    doc = Doc()
+    doc.apply_update(state)
+    return str(doc.get(TEXT_NAME, type=Text))
+
+
+def _differing_span(current: str, target: str) -> tuple[int, int, int]:
+    """(start, end in current, end in target) of the part between the common prefix and
+    suffix."""
+    limit = min(len(current), len(target))
+    start = 0
+    while start < limit and current[start] == target[start]:
+        start += 1
+    tail = 0
+    while tail < limit - start and current[-1 - tail] == target[-1 - tail]:
+        tail += 1
+    return start, len(current) - tail, len(target) - tail
+
+
+def _utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))

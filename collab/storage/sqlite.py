@@ -1,0 +1,648 @@
+"""SQLite storage (WAL, one writer thread, group commit); knows no Yjs, sockets or servers.
+
+The only asyncio it touches is the futures it resolves. Writes go through one queue to one
+writer thread, which runs everything queued in ONE transaction, commits (fsync with
+synchronous=FULL), and only then resolves the writes' futures: so an awaited append is durable,
+and writes arriving during a commit share the next one's fsync. Reads run in worker threads on
+a separate read connection; WAL lets them proceed while the writer commits.
+
+A document's ``updated_at`` is written at most once a second (``_TOUCH_EVERY_S``): a batch of
+appends in between is one INSERT of many rows in its own transaction (a page less to write and
+sync, one statement instead of four), and its time waits in memory (reads report it) until the
+next touch or the store's close.
+
+A failed append fences its document: every append or compaction of it that runs after
+the failure (queued behind it, or called later) fails too, until ``resume``. Editors had the lost
+update fanned out before the disk took it and may build on it; stored without it, what they
+build could never be integrated by anyone loading the document. The room rebuilds the
+document from here, calls ``resume`` first, and asks its editors to resend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import dataclasses
+import logging
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, NoReturn, Self, TypeVar
+
+from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo
+
+T = TypeVar("T")
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 3
+_SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
+_BUSY_TIMEOUT_S = 5.0
+
+_UPDATES_TABLE = """CREATE TABLE IF NOT EXISTS updates (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        data BLOB NOT NULL
+    )"""
+
+_SCHEMA = (
+    # The snapshot lives in its own table: SQLite rewrites a whole row on UPDATE, overflow
+    # pages included, so touching updated_at on a row that held a 10 MB snapshot copied 10 MB
+    # per append (cost per edit grew with the document: issue 14).
+    """CREATE TABLE IF NOT EXISTS documents (
+        name TEXT PRIMARY KEY,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    )""",
+    """CREATE TABLE IF NOT EXISTS snapshots (
+        name TEXT PRIMARY KEY,
+        data BLOB NOT NULL
+    )""",
+    # No AUTOINCREMENT (schema 3): it rewrote sqlite_sequence's page in every commit, a third
+    # page written and synced per keystroke. A plain rowid is max + 1, so a document's rows
+    # still sort in append order; an id is reused only once no row holds it.
+    _UPDATES_TABLE,
+    "CREATE INDEX IF NOT EXISTS updates_by_name ON updates (name)",
+    # Named versions (issue 12): created with IF NOT EXISTS on every open, so no schema bump.
+    """CREATE TABLE IF NOT EXISTS versions (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        name TEXT NOT NULL,
+        label TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS versions_by_name ON versions (name)",
+)
+
+# A document's row (its updated_at) is rewritten at most this often. Rewriting it on every
+# append made a lone append's commit write three pages instead of two, and run four statements
+# (BEGIN, touch, INSERT, COMMIT) instead of one.
+_TOUCH_EVERY_S = 1.0
+
+# Appends of one batch go in one INSERT of many rows: one statement (one step, one release and
+# retake of the GIL) per batch, not one per update. Rows per statement stay under SQLite's oldest
+# limit of 999 parameters.
+_ROWS_PER_INSERT = 400
+_TOUCH = """INSERT INTO documents (name, created_at, updated_at) VALUES (?, ?, ?)
+    ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at"""
+_SET_SNAPSHOT = """INSERT INTO snapshots (name, data) VALUES (?, ?)
+    ON CONFLICT (name) DO UPDATE SET data = excluded.data"""
+_INFO = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
+        COALESCE((SELECT LENGTH(s.data) FROM snapshots AS s WHERE s.name = d.name), 0)
+        + COALESCE(SUM(LENGTH(u.data)), 0)
+    FROM documents AS d LEFT JOIN updates AS u ON u.name = d.name
+    {where} GROUP BY d.name ORDER BY d.name"""
+
+OpKind = Literal["append", "compact", "delete", "version", "resume"]
+
+
+@dataclass(eq=False, slots=True)
+class _Op:
+    kind: OpKind
+    name: str
+    data: bytes
+    future: asyncio.Future[Any]
+    label: str = ""  # a version's
+
+
+class SQLiteStore(Store):
+    """A durable Store in one SQLite file; ``commits`` counts the write transactions so far."""
+
+    def __init__(
+        self, path: str | Path, *, synchronous: str = "FULL", max_batch: int = 1000
+    ) -> None:
+        if synchronous.upper() not in _SYNC_MODES:
+            raise ValueError(f"synchronous must be one of {sorted(_SYNC_MODES)}")
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.path = Path(path)
+        self.commits = 0
+        self._synchronous = synchronous.upper()
+        self._max_batch = max_batch
+        self._state: Lifecycle = "new"
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._exited = False  # the writer thread is gone (a bool: read on every append)
+        # Document → the latest append time not yet written to its row (the writer sets it,
+        # reads merge it in: ``updated_at`` stays exact between touches).
+        self._pending_touches: dict[str, float] = {}
+        # Daemon: a store left unclosed must not hang interpreter exit, and dying mid-commit is
+        # safe because nothing was acknowledged for an uncommitted transaction.
+        self._thread = threading.Thread(target=self._writer_main, name="tether-sqlite", daemon=True)
+        self._reader: sqlite3.Connection | None = None
+        self._read_lock = threading.Lock()
+
+    # -- lifecycle (event-loop side) ---------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        if self._state != "new":
+            raise StorageError("a store can be opened only once")
+        self._loop = asyncio.get_running_loop()
+        self._thread.start()
+        try:
+            await asyncio.wrap_future(self._ready)
+            self._reader = await asyncio.to_thread(_open_reader, self.path)
+        except BaseException as exc:
+            self._queue.put(None)  # the writer (if it started) exits on its own
+            if isinstance(exc, sqlite3.Error | OSError):
+                raise StorageError(f"cannot open {self.path}: {exc}") from exc
+            raise
+        self._state = "open"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._state != "open":
+            return
+        self._state = "closed"  # refuse new writes first, so the stop marker is the last item
+        self._queue.put(None)
+        await asyncio.wrap_future(self._stopped)
+        await asyncio.to_thread(self._close_reader)
+
+    def _close_reader(self) -> None:
+        with self._read_lock:  # waits for an in-flight read
+            if self._reader is not None:
+                self._reader.close()
+                self._reader = None
+
+    # -- writes (event-loop side) ------------------------------------------------------------
+
+    def append(self, name: str, update: bytes) -> Coroutine[Any, Any, int]:
+        return self._enqueue("append", name, bytes(update))
+
+    def append_future(self, name: str, update: bytes) -> asyncio.Future[int]:
+        if self._state != "open" or self._loop is None or self._exited:
+            return super().append_future(name, update)  # fails with the usual StorageError
+        future: asyncio.Future[int] = self._loop.create_future()
+        self._queue.put(_Op("append", name, bytes(update), future))
+        return future
+
+    def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
+        return self._enqueue("compact", name, bytes(snapshot))
+
+    def delete(self, name: str) -> Coroutine[Any, Any, None]:
+        return self._enqueue("delete", name, b"")
+
+    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+        return self._enqueue("version", name, bytes(state), label)
+
+    def resume(self, name: str) -> None:
+        # Through the queue, so it lifts the fence for what is called after it, in order.
+        if self._state == "open" and self._loop is not None and not self._stopped.done():
+            self._queue.put(_Op("resume", name, b"", self._loop.create_future()))
+
+    def _enqueue(
+        self, kind: OpKind, name: str, data: bytes, label: str = ""
+    ) -> Coroutine[Any, Any, Any]:
+        if self._state != "open" or self._loop is None:
+            return _failed(StorageError(f"cannot {kind} {name!r}: the store is {self._state}"))
+        if self._stopped.done():
+            return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
+        future = self._loop.create_future()
+        self._queue.put(_Op(kind, name, data, future, label))
+        return _wait(future)
+
+    # -- reads (worker threads, one read connection) -----------------------------------------
+
+    async def load(self, name: str) -> list[bytes]:
+        return await self._read(_load, name)
+
+    async def list_documents(self) -> list[DocumentInfo]:
+        return [self._touched(info) for info in await self._read(_list_documents)]
+
+    async def info(self, name: str) -> DocumentInfo | None:
+        info = await self._read(_info, name)
+        return None if info is None else self._touched(info)
+
+    def _touched(self, info: DocumentInfo) -> DocumentInfo:
+        """``info`` with an append not yet written to its row."""
+        pending = self._pending_touches.get(info.name)
+        if pending is None or pending <= info.updated_at:
+            return info
+        return dataclasses.replace(info, updated_at=pending)
+
+    async def list_versions(self, name: str) -> list[VersionInfo]:
+        return await self._read(_list_versions, name)
+
+    async def load_version(self, name: str, version: int) -> bytes | None:
+        return await self._read(_load_version, name, version)
+
+    async def _read(self, query: Callable[..., T], *args: Any) -> T:
+        if self._state != "open":
+            raise StorageError(f"cannot read: the store is {self._state}")
+        return await asyncio.to_thread(self._read_locked, query, *args)
+
+    def _read_locked(self, query: Callable[..., T], *args: Any) -> T:
+        with self._read_lock:  # one thread at a time on the read connection
+            if self._reader is None:
+                raise StorageError("cannot read: the store is closed")
+            try:
+                return query(self._reader, *args)
+            except sqlite3.Error as exc:
+                raise StorageError(f"read failed: {exc}") from exc
+
+    # -- the writer thread -------------------------------------------------------------------
+
+    def _writer_main(self) -> None:
+        try:
+            conn = _open_writer(self.path, self._synchronous)
+        except BaseException as exc:
+            self._ready.set_exception(exc)
+            self._exited = True
+            self._stopped.set_result(None)
+            return
+        self._ready.set_result(None)
+        try:
+            writer = _Writer(conn, self._pending_touches)
+            self._serve(writer)
+            writer.write_pending_touches()
+        finally:
+            conn.close()
+            self._exited = True
+            self._stopped.set_result(None)
+
+    def _serve(self, writer: _Writer) -> None:
+        stop = False
+        fenced: set[str] = set()  # documents with a failed append, until resumed
+        while not stop:
+            ops, stop = self._take()
+            if ops:
+                self._commit(writer, ops, fenced)
+
+    def _take(self) -> tuple[list[_Op], bool]:
+        """Block for one op, then take whatever else is queued, up to max_batch."""
+        ops: list[_Op] = []
+        waiting = self._queue
+        item = waiting.get()
+        while item is not None:
+            ops.append(item)
+            if len(ops) >= self._max_batch or waiting.empty():
+                return ops, False
+            item = waiting.get_nowait()  # this thread is the only consumer: it is there
+        return ops, True
+
+    def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
+        if not fenced and all(op.kind != "resume" for op in ops):
+            # The usual batch: everything in it runs.
+            self._settle_soon(ops, self._outcomes(writer, ops, fenced))
+            return
+        outcome_of: dict[int, object] = {}  # by position in ops: what never reaches the batch
+        runnable: list[_Op] = []
+        for position, op in enumerate(ops):
+            if op.kind == "resume":
+                fenced.discard(op.name)
+                outcome_of[position] = None
+            elif op.name in fenced and op.kind in ("append", "compact"):
+                outcome_of[position] = _fenced_error(op)
+            else:
+                runnable.append(op)
+                if op.kind == "delete":
+                    fenced.discard(op.name)  # a re-created document starts afresh
+        outcomes = self._outcomes(writer, runnable, fenced) if runnable else []
+        ran = iter(outcomes)
+        settled = [outcome_of[k] if k in outcome_of else next(ran) for k in range(len(ops))]
+        self._settle_soon(ops, settled)
+
+    def _outcomes(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> list[object]:
+        """Run ``ops`` in one transaction: their results, or each its error (and a failed
+        append fences its document)."""
+        try:
+            outcomes = list(writer.run_batch(ops))
+        except Exception as exc:  # the writer must outlive a failed transaction
+            fenced.update(op.name for op in ops if op.kind == "append")
+            return [_storage_error(op, exc) for op in ops]
+        self.commits += 1
+        return outcomes
+
+    def _settle_soon(self, ops: list[_Op], outcomes: list[object]) -> None:
+        loop = self._loop
+        assert loop is not None  # set before the thread starts
+        try:
+            loop.call_soon_threadsafe(_settle, [op.future for op in ops], outcomes)
+        except RuntimeError:
+            pass  # the loop is closed: nobody is left waiting for these results
+
+
+class _Writer:
+    """Lives on the writer thread: owns the write connection and a cache of log lengths."""
+
+    def __init__(self, conn: sqlite3.Connection, pending_touches: dict[str, float]) -> None:
+        self._conn = conn
+        # Counting the log on every append would cost O(log length); the writer is the only
+        # writer, so a cache stays exact as long as it is dropped when a transaction rolls back.
+        self._log_lengths: dict[str, int] = {}
+        # Document → when this writer last wrote its row (dropped with a rollback, like the
+        # lengths); and the append times not written yet (shared with readers).
+        self._touched_at: dict[str, float] = {}
+        self._pending_touches = pending_touches
+
+    def run_batch(self, ops: list[_Op]) -> list[object]:
+        now = time.time()
+        if (
+            len(ops) <= _ROWS_PER_INSERT
+            and all(op.kind == "append" for op in ops)
+            and not any(self._touch_due(op.name, now) for op in ops)
+        ):
+            # The usual batch (a few keystrokes): one INSERT, its own transaction (SQLite's
+            # autocommit commits it, synced like any other), no BEGIN and COMMIT statements.
+            return list(self._append_alone(ops, now))
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            results: list[object] = []
+            start = 0
+            while start < len(ops):
+                # A run of appends (the common batch) takes one executemany and one touch per
+                # document; any other op runs alone, in order, between runs.
+                end = start
+                while end < len(ops) and ops[end].kind == "append":
+                    end += 1
+                if end > start:
+                    results.extend(self._append_many(ops[start:end], now))
+                    start = end
+                else:
+                    results.append(self._run(ops[start], now))
+                    start += 1
+            self._conn.execute("COMMIT")
+        except BaseException:
+            self._log_lengths.clear()
+            self._touched_at.clear()
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        return results
+
+    def _run(self, op: _Op, now: float) -> object:
+        if op.kind == "append":
+            return self._append_many([op], now)[0]
+        if op.kind == "version":
+            return self._add_version(op, now)
+        if op.kind == "compact":
+            self._compact(op.name, op.data, now)
+        else:
+            self._delete(op.name)
+        return None
+
+    def _append_alone(self, ops: list[_Op], now: float) -> list[int]:
+        """Appends none of whose rows is due a touch, as one statement (a transaction of its
+        own when no BEGIN ran)."""
+        lengths, counted = self._lengths_after(ops)
+        self._conn.execute(_insert_rows(len(ops)), [v for op in ops for v in (op.name, op.data)])
+        self._log_lengths.update(counted)
+        for name in counted:
+            self._pending_touches[name] = now
+        return lengths
+
+    def _lengths_after(self, ops: list[_Op]) -> tuple[list[int], dict[str, int]]:
+        """Each append's log length after it, and each document's after them all."""
+        lengths: list[int] = []
+        counted: dict[str, int] = {}
+        for op in ops:
+            length = counted.get(op.name)
+            if length is None:
+                length = self._log_length(op.name)
+            counted[op.name] = length + 1
+            lengths.append(length + 1)
+        return lengths, counted
+
+    def _touch_due(self, name: str, now: float) -> bool:
+        last = self._touched_at.get(name)
+        return last is None or now - last >= _TOUCH_EVERY_S
+
+    def _touch(self, name: str, now: float) -> None:
+        """Write ``updated_at`` (and the row itself, for a new document) if it is due."""
+        if self._touch_due(name, now):
+            self._conn.execute(_TOUCH, (name, now, now))
+            self._touched_at[name] = now
+            self._pending_touches.pop(name, None)
+        else:
+            self._pending_touches[name] = now
+
+    def write_pending_touches(self) -> None:
+        """At close: the append times still in memory, to their rows."""
+        pending = dict(self._pending_touches)
+        if not pending:
+            return
+        try:
+            self._conn.execute("BEGIN IMMEDIATE")
+            self._conn.executemany(
+                "UPDATE documents SET updated_at = MAX(updated_at, ?) WHERE name = ?",
+                [(at, name) for name, at in pending.items()],
+            )
+            self._conn.execute("COMMIT")
+        except sqlite3.Error:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            log.warning("could not write documents' last update times at close", exc_info=True)
+
+    def _append_many(self, ops: list[_Op], now: float) -> list[int]:
+        """Appends in order, inside the batch's transaction; each one's result is its
+        document's log length after it. Rows due a touch are touched."""
+        lengths, counted = self._lengths_after(ops)
+        for name in counted:
+            self._touch(name, now)
+        for start in range(0, len(ops), _ROWS_PER_INSERT):
+            chunk = ops[start : start + _ROWS_PER_INSERT]
+            rows = [v for op in chunk for v in (op.name, op.data)]
+            self._conn.execute(_insert_rows(len(chunk)), rows)
+        self._log_lengths.update(counted)
+        return lengths
+
+    def _compact(self, name: str, snapshot: bytes, now: float) -> None:
+        # Ops run in call order, so every log row present now was appended before compact().
+        self._conn.execute(_TOUCH, (name, now, now))
+        self._touched_at[name] = now
+        self._pending_touches.pop(name, None)
+        self._conn.execute(_SET_SNAPSHOT, (name, snapshot))
+        self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
+        self._log_lengths[name] = 0
+
+    def _delete(self, name: str) -> None:
+        self._conn.execute("DELETE FROM updates WHERE name = ?", (name,))
+        self._conn.execute("DELETE FROM snapshots WHERE name = ?", (name,))
+        self._conn.execute("DELETE FROM documents WHERE name = ?", (name,))
+        self._conn.execute("DELETE FROM versions WHERE name = ?", (name,))
+        self._log_lengths.pop(name, None)
+        self._touched_at.pop(name, None)
+        self._pending_touches.pop(name, None)
+
+    def _add_version(self, op: _Op, now: float) -> VersionInfo:
+        sql = "INSERT INTO versions (name, label, created_at, data) VALUES (?, ?, ?, ?)"
+        cursor = self._conn.execute(sql, (op.name, op.label, now, op.data))
+        return VersionInfo(int(cursor.lastrowid or 0), op.name, op.label, now, len(op.data))
+
+    def _log_length(self, name: str) -> int:
+        cached = self._log_lengths.get(name)
+        if cached is not None:
+            return cached
+        sql = "SELECT COUNT(*) FROM updates WHERE name = ?"
+        return int(self._conn.execute(sql, (name,)).fetchone()[0])
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _insert_rows(count: int) -> str:
+    sql = _INSERT_SQL.get(count)
+    if sql is None:
+        sql = _INSERT_SQL[count] = "INSERT INTO updates (name, data) VALUES " + ", ".join(
+            ["(?, ?)"] * count
+        )
+    return sql
+
+
+_INSERT_SQL: dict[int, str] = {}  # at most _ROWS_PER_INSERT entries
+
+
+async def _wait(future: asyncio.Future[T]) -> T:
+    return await future
+
+
+async def _failed(exc: BaseException) -> NoReturn:
+    raise exc
+
+
+def _settle(futures: list[asyncio.Future[Any]], outcomes: list[object]) -> None:
+    for future, outcome in zip(futures, outcomes, strict=True):
+        if future.done():
+            continue  # its awaiter was cancelled; the write itself still happened
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def _storage_error(op: _Op, exc: Exception) -> StorageError:
+    # One instance per future: a shared exception would collect every awaiter's traceback.
+    error = StorageError(f"{op.kind} {op.name!r} failed: {exc}")
+    error.__cause__ = exc
+    return error
+
+
+def _fenced_error(op: _Op) -> StorageError:
+    return StorageError(
+        f"cannot {op.kind} {op.name!r}: an earlier update of it failed to store; the document"
+        " is rebuilt from storage before anything more of it is stored"
+    )
+
+
+def _connect(path: Path, *, check_same_thread: bool = True) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per batch.
+    return sqlite3.connect(
+        path,
+        timeout=_BUSY_TIMEOUT_S,
+        isolation_level=None,
+        check_same_thread=check_same_thread,
+    )
+
+
+def _open_writer(path: Path, synchronous: str) -> sqlite3.Connection:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = _connect(path)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            raise StorageError(f"{path}: WAL mode unavailable (journal_mode={mode})")
+        conn.execute(f"PRAGMA synchronous={synchronous}")  # validated against _SYNC_MODES
+        _migrate(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
+    conn.execute("BEGIN IMMEDIATE")  # another process may be migrating the same file
+    try:
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StorageError(f"{path}: schema version {version} is newer than {SCHEMA_VERSION}")
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        if version < 2:
+            _move_snapshots_out_of_documents(conn)
+        if version < 3:
+            _drop_autoincrement(conn)
+        conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _move_snapshots_out_of_documents(conn: sqlite3.Connection) -> None:
+    """Schema 1 kept each snapshot in its documents row; move them to ``snapshots``."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(documents)")}
+    if "snapshot" not in columns:
+        return
+    conn.execute(
+        "INSERT OR REPLACE INTO snapshots (name, data)"
+        " SELECT name, snapshot FROM documents WHERE snapshot IS NOT NULL"
+    )
+    conn.execute("UPDATE documents SET snapshot = NULL WHERE snapshot IS NOT NULL")
+
+
+def _drop_autoincrement(conn: sqlite3.Connection) -> None:
+    """Schemas 1 and 2 made ``updates.id`` AUTOINCREMENT; rebuild the table without it, ids
+    (and so each document's order) kept."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'updates'").fetchone()
+    if row is None or "AUTOINCREMENT" not in str(row[0]).upper():
+        return
+    conn.execute("ALTER TABLE updates RENAME TO updates_before_3")
+    conn.execute(_UPDATES_TABLE)
+    conn.execute("INSERT INTO updates (id, name, data) SELECT id, name, data FROM updates_before_3")
+    conn.execute("DROP TABLE updates_before_3")  # its index and its sqlite_sequence row too
+    conn.execute("CREATE INDEX IF NOT EXISTS updates_by_name ON updates (name)")
+
+
+def _open_reader(path: Path) -> sqlite3.Connection:
+    # Used from whichever worker thread runs a read, never two at once (see _read_lock).
+    conn = _connect(path, check_same_thread=False)
+    conn.execute("PRAGMA query_only=1")
+    return conn
+
+
+@contextmanager
+def _snapshot_read(conn: sqlite3.Connection) -> Iterator[None]:
+    # One read transaction, so a compact committing between two SELECTs cannot be half-seen.
+    conn.execute("BEGIN")
+    try:
+        yield
+    finally:
+        conn.execute("COMMIT")
+
+
+def _load(conn: sqlite3.Connection, name: str) -> list[bytes]:
+    with _snapshot_read(conn):
+        row = conn.execute("SELECT data FROM snapshots WHERE name = ?", (name,)).fetchone()
+        sql = "SELECT data FROM updates WHERE name = ? ORDER BY id"
+        log = [data for (data,) in conn.execute(sql, (name,))]
+    head = [] if row is None or row[0] is None else [row[0]]
+    return head + log
+
+
+def _info(conn: sqlite3.Connection, name: str) -> DocumentInfo | None:
+    row = conn.execute(_INFO.format(where="WHERE d.name = ?"), (name,)).fetchone()
+    return None if row is None else DocumentInfo(*row)
+
+
+def _list_versions(conn: sqlite3.Connection, name: str) -> list[VersionInfo]:
+    sql = """SELECT id, name, label, created_at, LENGTH(data) FROM versions
+        WHERE name = ? ORDER BY id"""
+    return [VersionInfo(*row) for row in conn.execute(sql, (name,))]
+
+
+def _load_version(conn: sqlite3.Connection, name: str, version: int) -> bytes | None:
+    sql = "SELECT data FROM versions WHERE name = ? AND id = ?"
+    row = conn.execute(sql, (name, version)).fetchone()
+    return None if row is None else bytes(row[0])
+
+
+def _list_documents(conn: sqlite3.Connection) -> list[DocumentInfo]:
+    return [DocumentInfo(*row) for row in conn.execute(_INFO.format(where=""))]

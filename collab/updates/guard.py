@@ -1,0 +1,459 @@
+"""Checks each update against what the document already holds, before pycrdt applies it.
+
+One guard per loaded document. It keeps a compact index of the document's structure: for every
+client, runs of clocks that hang under the same parent (a root name or a nested type's item),
+and the nesting depth of every nested type. With it, an update is refused before it is applied
+or stored when
+
+- it nests shared types deeper than ``max_depth`` (yrs deletes nested types recursively: tens of
+  thousands of levels overflow the stack and kill the process, and the document stays armed);
+- it depends on structs the document does not have (a gap in a client's clocks, an origin, parent
+  or deleted range beyond what is known): yrs would park it as *pending*, acknowledge nothing it
+  could integrate, and drop it from every snapshot (``Doc.get_update`` leaves pending structs out),
+  so an ack would not mean the edit survives compaction. The sender is asked to resend from our
+  state vector instead, which a Yjs client answers with everything we lack, in order;
+- an item's origin and right origin hang under different parents, or its parent is not a shared
+  type: no Yjs client writes that, and yrs integrates it in ways a reload does not reproduce;
+- it inserts or deletes at a boundary inside a character of two UTF-16 units (an emoji): clocks
+  count UTF-16 units, but yrs keeps text as UTF-8 and cannot split there, so it integrates such
+  an item in one place live and another after a reload (Yjs in JavaScript writes U+FFFD over
+  both halves instead: a third result). The guard remembers where each such character starts.
+
+Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
+an update once pycrdt has applied it (every change to the document must be admitted, the server's
+own edits included, or later updates that build on them look like missing dependencies).
+"""
+
+from __future__ import annotations
+
+import bisect
+from array import array
+
+from pycrdt import Assoc, Doc, StickyIndex, Transaction
+
+from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
+
+from .sequence_order import Chains, OrderFacts
+from .yrs_panics import is_rust_panic
+
+DEFAULT_MAX_NESTING_DEPTH = 128
+
+Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
+OriginPair = tuple[ID, ID]  # an item's origin and right origin
+
+
+class UpdateRefused(Exception):
+    """The update was not applied; ``str(exc)`` is safe to show the sender, ``limit`` names why."""
+
+    def __init__(self, message: str, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
+class MissingDependencies(UpdateRefused):
+    """The update builds on structs this document does not have (yet)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, "missing-dependencies")
+
+
+class _Runs:
+    """One client's clocks, as runs that share a parent; clocks only grow, so runs only append."""
+
+    __slots__ = ("parents", "starts")
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.parents: list[Parent] = []
+
+    def add(self, clock: int, parent: Parent) -> None:
+        if self.parents and self.parents[-1] == parent:
+            return  # the run before already covers it
+        self.starts.append(clock)
+        self.parents.append(parent)
+
+    def parent_at(self, clock: int) -> Parent:
+        return self.parents[bisect.bisect_right(self.starts, clock) - 1]
+
+
+class UpdateGuard:
+    def __init__(self, max_depth: int) -> None:
+        self.max_depth = max_depth
+        self._known: dict[int, int] = {}  # client → one past its last known clock
+        self._runs: dict[int, _Runs] = {}
+        self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
+        # client → sorted clocks where a two-unit character starts (a split after one is refused)
+        self._pairs: dict[int, array[int]] = {}
+        self.chains = Chains()  # what history says about order (collab.updates.sequence_order)
+
+    def check(self, scan: ScannedUpdate) -> dict[int, Parent]:
+        """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
+        new item (by index in ``scan.items``) for ``admit``."""
+        known = self._known
+        for client, start in scan.starts.items():
+            if start > known.get(client, 0):
+                raise MissingDependencies(
+                    f"update refused: it starts at clock {start} of client {client}, "
+                    f"but this document has that client only up to {known.get(client, 0)}"
+                )
+        for gap in scan.ranges:
+            if gap.skip and gap.clock + gap.length > known.get(gap.client, 0):
+                raise MissingDependencies("update refused: it skips structs this document lacks")
+        for client, clock, length in scan.deletes:
+            if clock + length > max(known.get(client, 0), scan.ends.get(client, 0)):
+                raise MissingDependencies("update refused: it deletes structs this document lacks")
+        self._check_character_boundaries(scan)
+        return _Resolver(self, scan).resolve_all()
+
+    def _check_character_boundaries(self, scan: ScannedUpdate) -> None:
+        fresh: set[tuple[int, int]] = {
+            (item.client, item.clock + offset) for item in scan.items for offset in item.pairs
+        }
+        if not fresh and not self._pairs:
+            return  # no two-unit character anywhere: nothing to split
+
+        def splits(client: int, clock: int) -> bool:
+            """Whether the boundary right after ``clock`` is inside a character."""
+            if (client, clock) in fresh:
+                return True
+            starts = self._pairs.get(client)
+            if starts is None:
+                return False
+            at = bisect.bisect_left(starts, clock)
+            return at < len(starts) and starts[at] == clock
+
+        for item in scan.items:
+            if (item.origin is not None and splits(*item.origin)) or (
+                item.right_origin is not None
+                and splits(item.right_origin[0], item.right_origin[1] - 1)
+            ):
+                raise _splits_character()
+        for client, clock, length in scan.deletes:
+            if splits(client, clock - 1) or splits(client, clock + length - 1):
+                raise _splits_character()
+
+    def admit(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
+        known = self._known
+        self.chains.record(scan, known)
+        for gap in scan.ranges:
+            if gap.clock + gap.length > known.get(gap.client, 0):
+                self._runs_of(gap.client).add(max(gap.clock, known.get(gap.client, 0)), None)
+        for index, item in enumerate(scan.items):
+            end = item.clock + item.length
+            seen = known.get(item.client, 0)
+            if end <= seen:
+                continue  # a duplicate of what the document has
+            parent = parents[index]
+            self._runs_of(item.client).add(max(item.clock, seen), parent)
+            if item.pairs:
+                starts = self._pairs.get(item.client)
+                if starts is None:
+                    starts = self._pairs[item.client] = array("q")
+                starts.extend(c for c in (item.clock + o for o in item.pairs) if c >= seen)
+            if item.makes_type:
+                self._depth[(item.client, item.clock)] = self._depth_under(parent, {}) + 1
+        for client, end in scan.ends.items():
+            if end > known.get(client, 0):
+                known[client] = end
+
+    @property
+    def known_clocks(self) -> dict[int, int]:
+        """Client → one past its last clock this document has (read-only for callers)."""
+        return self._known
+
+    def knows(self, ident: ID) -> bool:
+        return ident[1] < self._known.get(ident[0], 0)
+
+    def parent_of(self, ident: ID) -> Parent:
+        return self._runs[ident[0]].parent_at(ident[1])
+
+    def depth_of_type(self, ident: ID) -> int | None:
+        return self._depth.get(ident)
+
+    def _depth_under(self, parent: Parent, fresh: dict[ID, int]) -> int:
+        if parent is None or isinstance(parent, str):
+            return 0
+        depth = fresh.get(parent)
+        if depth is None:
+            depth = self._depth.get(parent, 0)
+        return depth
+
+    def _runs_of(self, client: int) -> _Runs:
+        runs = self._runs.get(client)
+        if runs is None:
+            runs = self._runs[client] = _Runs()
+        return runs
+
+
+class _Resolver:
+    """Finds the parent of every new item of one update, some of which hang on others in it."""
+
+    def __init__(self, guard: UpdateGuard, scan: ScannedUpdate) -> None:
+        self.guard = guard
+        self.scan = scan
+        self.parents: dict[int, Parent] = {}
+        self.fresh_depth: dict[ID, int] = {}
+        # Built on the first lookup of an ID the document lacks (``_local``): an update that
+        # builds only on what the document has, as every keystroke does, never needs them.
+        self._index: dict[int, tuple[list[int], list[int]]] | None = None
+        self._gaps: dict[int, tuple[list[int], list[int]]] | None = None
+
+    @property
+    def index(self) -> dict[int, tuple[list[int], list[int]]]:
+        """client → (clocks, item indices) of this update's items, for lookups by ID."""
+        if self._index is None:
+            self._index = {}
+            for position, item in enumerate(self.scan.items):
+                clocks, positions = self._index.setdefault(item.client, ([], []))
+                clocks.append(item.clock)
+                positions.append(position)
+        return self._index
+
+    @property
+    def gaps(self) -> dict[int, tuple[list[int], list[int]]]:
+        """client → (starts, ends) of this update's GC/Skip ranges: a lookup bisects, so an
+        update of many ranges and many references costs n log n, not n * m on the event loop."""
+        if self._gaps is None:
+            self._gaps = {}
+            for gap in sorted(self.scan.ranges, key=lambda g: (g.client, g.clock)):
+                starts, ends = self._gaps.setdefault(gap.client, ([], []))
+                starts.append(gap.clock)
+                ends.append(gap.clock + gap.length)
+        return self._gaps
+
+    def resolve_all(self) -> dict[int, Parent]:
+        for position in range(len(self.scan.items)):
+            if position not in self.parents:
+                self._resolve(position)
+        return self.parents
+
+    def _resolve(self, first: int) -> None:
+        # Depth-first without recursion: an update may chain thousands of items on each other.
+        stack = [first]
+        on_stack = {first}
+        while stack:
+            position = stack[-1]
+            item = self.scan.items[position]
+            dependency = self._unresolved_dependency(item)
+            if dependency is not None:
+                if dependency in on_stack:
+                    raise UpdateRefused(
+                        "update refused: items that hang on each other", "malformed"
+                    )
+                stack.append(dependency)
+                on_stack.add(dependency)
+                continue
+            self.parents[position] = self._parent(item)
+            stack.pop()
+            on_stack.discard(position)
+
+    def _unresolved_dependency(self, item: ScannedItem) -> int | None:
+        """An item of this update that ``item``'s parent (or depth) is found through and whose
+        own parent is not known yet."""
+        for ident in (item.parent_id, item.origin, item.right_origin):
+            if ident is not None:
+                local = self._local(ident)
+                if local is not None and local not in self.parents:
+                    return local
+        return None
+
+    def _local(self, ident: ID) -> int | None:
+        """This update's item holding ``ident``, if the document does not have it already."""
+        if self.guard.knows(ident):
+            return None
+        entry = self.index.get(ident[0])
+        if entry is not None:
+            clocks, positions = entry
+            at = bisect.bisect_right(clocks, ident[1]) - 1
+            if at >= 0:
+                item = self.scan.items[positions[at]]
+                if ident[1] < item.clock + item.length:
+                    return positions[at]
+        gaps = self.gaps.get(ident[0])
+        if gaps is not None:
+            at = bisect.bisect_right(gaps[0], ident[1]) - 1
+            if at >= 0 and ident[1] < gaps[1][at]:
+                return None  # garbage-collected: parent unknown
+        raise MissingDependencies(
+            f"update refused: it builds on {ident[0]}:{ident[1]}, which this document lacks"
+        )
+
+    def _parent_of_id(self, ident: ID) -> Parent:
+        if self.guard.knows(ident):
+            return self.guard.parent_of(ident)
+        local = self._local(ident)
+        return None if local is None else self.parents[local]
+
+    def _parent(self, item: ScannedItem) -> Parent:
+        if item.parent_root is not None:
+            parent: Parent = item.parent_root
+        elif item.parent_id is not None:
+            parent = item.parent_id
+            self._check_is_type(parent)
+        elif item.origin is not None:
+            parent = self._parent_of_id(item.origin)
+            if item.right_origin is not None:
+                other = self._parent_of_id(item.right_origin)
+                if other != parent and None not in (other, parent):
+                    raise UpdateRefused(
+                        "update refused: an item's origin and right origin are in different types",
+                        "inconsistent-origins",
+                    )
+        else:
+            assert item.right_origin is not None
+            parent = self._parent_of_id(item.right_origin)
+        if item.makes_type:
+            depth = self.guard._depth_under(parent, self.fresh_depth) + 1
+            if depth > self.guard.max_depth:
+                raise UpdateRefused(
+                    f"update refused: shared types nested deeper than {self.guard.max_depth}",
+                    "nesting-depth",
+                )
+            self.fresh_depth[(item.client, item.clock)] = depth
+        return parent
+
+    def _check_is_type(self, ident: ID) -> None:
+        if self.guard.knows(ident):
+            if self.guard.depth_of_type(ident) is None and self.guard.parent_of(ident) is not None:
+                raise UpdateRefused("update refused: its parent is not a shared type", "malformed")
+            return
+        local = self._local(ident)
+        if local is not None and not self.scan.items[local].makes_type:
+            raise UpdateRefused("update refused: its parent is not a shared type", "malformed")
+
+
+def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> list[OriginPair]:
+    """Refuse an item whose right origin is not to the right of its origin; return the pairs
+    that involve this update's own items, for ``check_applied_origin_order`` once it is applied.
+
+    Yjs's conflict resolution assumes the right origin is right of the origin (a client takes
+    both from adjacent items). When it is not, yrs integrates the item in one place live and in
+    another when a snapshot is rebuilt, so live editors and every later reader diverge for good.
+    Most pairs are settled by the document's history (``collab.updates.sequence_order``: chains of
+    typing and the origins they hang on), in a few bisections. The rest is read off yrs's
+    sticky indices, a linear walk per item: an item's offset with
+    ``Assoc.AFTER`` counts the visible units before it, with ``Assoc.BEFORE`` also its own unit
+    if visible. That decides every case except two deleted items with nothing visible between
+    them, where the order cannot be seen and the item is let through. Where an origin is one of
+    this update's own items its place is only known once the update is integrated, so those pairs
+    are checked after applying (a failure there means the doc must be rebuilt from storage).
+    """
+    known: list[OriginPair] = []
+    later: list[OriginPair] = []
+    facts: OrderFacts | None = None
+    shown: set[int] = set()  # this update's items whose own pair is shown in order already
+    for position, item in enumerate(scan.items):
+        origin, right = item.origin, item.right_origin
+        if origin is None or right is None:
+            continue
+        if facts is None:
+            fresh = Chains()
+            fresh.record(scan, guard.known_clocks)
+            facts = OrderFacts(guard.chains, fresh)
+        if facts.left_of(origin, right):
+            shown.add(position)
+            continue  # shown in order by history: nothing to ask yrs
+        if origin == right or facts.left_of(right, origin):
+            raise _inconsistent()
+        if guard.knows(origin) and guard.knows(right):
+            known.append((origin, right))
+        else:
+            later.append((origin, right))
+    undecided: list[OriginPair] = []
+    if known:
+        undecided = _check_pairs(doc, known, unplaceable_is_inconsistent=True)
+        if later:
+            unseen = set(undecided)
+            shown.update(
+                position
+                for position, item in enumerate(scan.items)
+                if item.origin is not None
+                and item.right_origin is not None
+                and guard.knows(item.origin)
+                and guard.knows(item.right_origin)
+                and (item.origin, item.right_origin) not in unseen
+            )
+    if later:
+        # An item of this update whose own pair is shown sits left of its right origin, every
+        # unit of it: a pair from inside it to that same right origin is in order too.
+        shown_by_right: dict[ID, list[ScannedItem]] = {}
+        for position in shown:
+            item = scan.items[position]
+            assert item.right_origin is not None
+            shown_by_right.setdefault(item.right_origin, []).append(item)
+        later = [
+            (left, right)
+            for left, right in later
+            if not any(
+                item.client == left[0] and item.clock <= left[1] < item.clock + item.length
+                for item in shown_by_right.get(right, ())
+            )
+        ]
+    # Pairs the walk cannot order now (two deleted items, nothing visible between) are asked
+    # again once this update's own items are in: they may show the order then.
+    return later + undecided
+
+
+def check_applied_origin_order(doc: Doc, pairs: list[OriginPair]) -> None:
+    """The same rule for pairs that involve an update's own items, on the doc it went into."""
+    _check_pairs(doc, pairs, unplaceable_is_inconsistent=False)  # still unseen: let through
+
+
+def _check_pairs(
+    doc: Doc, pairs: list[OriginPair], *, unplaceable_is_inconsistent: bool
+) -> list[OriginPair]:
+    """Raise for a pair shown out of order; return the pairs whose order cannot be seen."""
+    undecided: list[OriginPair] = []
+    offsets: dict[ID, tuple[int, int]] = {}  # each resolution walks the sequence: once per ID
+
+    def offsets_of(ident: ID) -> tuple[int, int]:
+        found = offsets.get(ident)
+        if found is None:
+            found = offsets[ident] = _offsets(txn, ident)
+        return found
+
+    with doc.transaction() as txn:
+        for left, right in pairs:
+            if left == right:
+                raise _inconsistent()
+            try:
+                left_after, left_before = offsets_of(left)
+                right_after, right_before = offsets_of(right)
+            except BaseException as exc:  # an ID yrs cannot place (a GC'd one: a panic)
+                if not isinstance(exc, Exception) and not is_rust_panic(exc):
+                    raise
+                if unplaceable_is_inconsistent:
+                    raise _inconsistent() from exc
+                continue  # e.g. garbage-collected in the same update: nothing to order
+            if left_before > left_after:  # the origin is visible
+                consistent = right_after >= left_before
+            elif right_before > right_after:  # only the right origin is visible
+                consistent = left_after <= right_after
+            elif left_after == right_after:
+                undecided.append((left, right))  # both deleted, nothing visible between
+                continue
+            else:
+                consistent = left_after < right_after
+            if not consistent:
+                raise _inconsistent()
+    return undecided
+
+
+def _offsets(txn: Transaction, ident: ID) -> tuple[int, int]:
+    item = {"client": ident[0], "clock": ident[1]}
+    after = StickyIndex.from_json({"item": item, "assoc": int(Assoc.AFTER)})
+    before = StickyIndex.from_json({"item": item, "assoc": int(Assoc.BEFORE)})
+    return after.get_index(txn), before.get_index(txn)
+
+
+def _inconsistent() -> UpdateRefused:
+    return UpdateRefused(
+        "update refused: an item's right origin is not to the right of its origin",
+        "inconsistent-origins",
+    )
+
+
+def _splits_character() -> UpdateRefused:
+    return UpdateRefused(
+        "update refused: it splits a character of two UTF-16 units (an emoji)", "split-character"
+    )
