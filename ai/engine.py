@@ -12,7 +12,6 @@ through ``peer.send_stateless``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pycrdt import Text
@@ -37,6 +36,7 @@ from .providers.base import Provider
 from .records import TEXT_NAME, Flight, Suggestion
 from .scheduler import Scheduler
 from .serving import RequestServer
+from .settings import AiSettings
 from .status import StatusBoard
 
 if TYPE_CHECKING:
@@ -48,26 +48,6 @@ if TYPE_CHECKING:
 __all__ = ["AI_ORIGIN", "TEXT_NAME", "AiEngine", "AiSettings", "Flight", "Suggestion"]
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class AiSettings:
-    default_max_tokens: int = 24
-    # Completions (not rewrites): how long (ai.stopping's rules) and whether the prompt is
-    # healed; the defaults are what tether bench quality found acceptable most often.
-    stop_rule: str = "word"
-    heal: bool = True
-    # Completions are held back until known not to be junk (ai.junk), and junk ends them
-    # with reason "junk:<kind>" instead of being shown.
-    junk_filter: bool = True
-    coalesce_seconds: float = 0.05
-    request_timeout: float = 60.0
-    queue_limit: int = 8
-    context_budget_tokens: int = 700
-    # Prefetch: after an editor's typing pauses this long, compute the suggestion at its
-    # cursor ahead of any request (0: off), within this share of the model's time.
-    prefetch_seconds: float = 0.2
-    prefetch_budget: float = 0.5
 
 
 class AiEngine:

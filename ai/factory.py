@@ -8,11 +8,12 @@ from typing import Any
 
 from .cache import CacheSettings, SuggestionCache
 from .embedder import Embedder
-from .engine import AiEngine, AiSettings
+from .engine import AiEngine
 from .metrics import AiMetrics, CacheCollector
 from .providers.base import Provider
 from .providers.worker import WorkerEmbedder, WorkerProvider
 from .scheduler import Scheduler
+from .settings import AiSettings
 from .status import AiState, StatusBoard
 from .supervisor import Supervisor, SupervisorSettings
 

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
     from .context import BuiltPrompt
     from .embedder import Embedder
-    from .engine import AiSettings
+    from .settings import AiSettings
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from .streamer import StreamResult, stream_coalesced
 
 if TYPE_CHECKING:
     from .context import BuiltPrompt
-    from .engine import AiSettings
+    from .settings import AiSettings
 
 
 async def run_generation(

@@ -14,7 +14,6 @@ from pycrdt import Doc, Text
 
 from tether.ai.anchors import TextAnchor
 from tether.ai.context import ContextBuilder, ContextMemo
-from tether.ai.engine import AiSettings
 from tether.ai.flights import Flights, session_of
 from tether.ai.metrics import AiMetrics
 from tether.ai.providers.base import Cancellation, GenerationRequest
@@ -22,6 +21,7 @@ from tether.ai.providers.scripted import ScriptedProvider
 from tether.ai.records import TEXT_NAME
 from tether.ai.refresher import Refresher
 from tether.ai.scheduler import INTERACTIVE, Scheduler
+from tether.ai.settings import AiSettings
 from tether.collab.auth.tokens import OPEN_GRANT
 
 pytestmark = pytest.mark.anyio
