@@ -25,25 +25,25 @@ from tether.protocol.ai import (
     decode_client_message,
 )
 
-from .accept import AI_ORIGIN, Acceptor
-from .cache import SuggestionCache
-from .context import ContextBuilder
+from .cache.suggestions import SuggestionCache
 from .errors import AiError, Forbidden
-from .flights import Flights
 from .metrics import AiMetrics
-from .prefetcher import Prefetcher
-from .providers.base import Provider
-from .records import TEXT_NAME, Flight, Suggestion
-from .scheduler import Scheduler
-from .serving import RequestServer
+from .model.providers.base import Provider
 from .settings import AiSettings
 from .status import StatusBoard
+from .suggest.accept import AI_ORIGIN, Acceptor
+from .suggest.flights import Flights
+from .suggest.prefetcher import Prefetcher
+from .suggest.records import TEXT_NAME, Flight, Suggestion
+from .suggest.scheduler import Scheduler
+from .suggest.serving import RequestServer
+from .text.context import ContextBuilder
 
 if TYPE_CHECKING:
     from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
 
-    from .embedder import Embedder
+    from .cache.embedder import Embedder
 
 __all__ = ["AI_ORIGIN", "TEXT_NAME", "AiEngine", "AiSettings", "Flight", "Suggestion"]
 

@@ -6,16 +6,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .cache import CacheSettings, SuggestionCache
-from .embedder import Embedder
+from .cache.embedder import Embedder
+from .cache.suggestions import CacheSettings, SuggestionCache
 from .engine import AiEngine
 from .metrics import AiMetrics, CacheCollector
-from .providers.base import Provider
-from .providers.worker import WorkerEmbedder, WorkerProvider
-from .scheduler import Scheduler
+from .model.providers.base import Provider
+from .model.providers.worker import WorkerEmbedder, WorkerProvider
+from .model.supervisor import Supervisor, SupervisorSettings
 from .settings import AiSettings
 from .status import AiState, StatusBoard
-from .supervisor import Supervisor, SupervisorSettings
+from .suggest.scheduler import Scheduler
 
 
 def build_provider(settings: Any) -> Provider | None:
@@ -26,7 +26,7 @@ def build_provider(settings: Any) -> Provider | None:
         # The model runs in a supervised worker process: nothing native loads here.
         return WorkerProvider(build_supervisor(settings, generate=True))
     if kind == "openai":
-        from .providers.openai import OpenAIProvider
+        from .model.providers.openai import OpenAIProvider
 
         return OpenAIProvider(
             settings.openai_base_url,
@@ -36,7 +36,7 @@ def build_provider(settings: Any) -> Provider | None:
             timeout=settings.ai_timeout,
         )
     if kind == "scripted":
-        from .providers.scripted import ScriptedProvider
+        from .model.providers.scripted import ScriptedProvider
 
         script = json.loads(settings.ai_script or "{}")
         return ScriptedProvider(

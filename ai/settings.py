@@ -8,11 +8,11 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class AiSettings:
     default_max_tokens: int = 24
-    # Completions (not rewrites): how long (ai.stopping's rules) and whether the prompt is
+    # Completions (not rewrites): how long (ai.text.stopping's rules) and whether the prompt is
     # healed; the defaults are what tether bench quality found acceptable most often.
     stop_rule: str = "word"
     heal: bool = True
-    # Completions are held back until known not to be junk (ai.junk), and junk ends them
+    # Completions are held back until known not to be junk (ai.text.junk), and junk ends them
     # with reason "junk:<kind>" instead of being shown.
     junk_filter: bool = True
     coalesce_seconds: float = 0.05

@@ -115,7 +115,7 @@ class Settings:
     ai_stop: str = "word"
     ai_heal: str = "on"
     # Completions are held back until known not to be junk (empty, an echo, a loop, another
-    # script, chat talk: ai/junk.py); junk ends them with reason junk:<kind>, unshown.
+    # script, chat talk: ai/text/junk.py); junk ends them with reason junk:<kind>, unshown.
     ai_junk_filter: str = "on"
     ai_cache_entries: int = 4096
     ai_cache_mb: float = 16.0

@@ -682,7 +682,7 @@ async def _start_ai(settings: Settings, stack: contextlib.AsyncExitStack, metric
     """The AI engine on the configured provider, or None when AI is off. Returns at once: the
     model worker loads behind, and sync serves meanwhile."""
     from tether.ai.factory import build_embedder, build_engine, build_provider, build_status
-    from tether.ai.scheduler import Scheduler
+    from tether.ai.suggest.scheduler import Scheduler
 
     provider = build_provider(settings)
     if provider is None:
@@ -792,7 +792,7 @@ async def _sse(
     subject: str | None,
 ) -> AsyncIterator[str]:
     """The suggestion's messages as SSE ``data:`` lines; a client that leaves cancels it."""
-    from tether.ai.http_path import stream_http_suggestion
+    from tether.ai.suggest.http_path import stream_http_suggestion
 
     messages: asyncio.Queue[str | None] = asyncio.Queue()
     task = asyncio.ensure_future(

@@ -24,7 +24,7 @@ from .errors import ProtocolError
 
 KINDS = ("complete", "rewrite")
 # suggestion.end's reason "junk:<kind>": the server's junk filter dropped the suggestion (no
-# junk text was sent), and the kind says why (ai/junk.py has the rules).
+# junk text was sent), and the kind says why (ai/text/junk.py has the rules).
 JUNK_PREFIX = "junk:"
 JUNK_KINDS = ("empty", "echo", "loop", "language", "chat")
 END_REASONS = ("done", "cancelled", "superseded", *(JUNK_PREFIX + k for k in JUNK_KINDS))

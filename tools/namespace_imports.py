@@ -1,6 +1,6 @@
 """Rewrites absolute imports of tether's packages to their installed names, in place:
 ``from protocol.x import y`` -> ``from tether.protocol.x import y`` (and collab, ai), and the
-``python -m collab.cli`` / ``-m ai.worker`` module arguments of subprocesses. Idempotent:
+``python -m collab.cli`` / ``-m ai.model.worker`` module arguments of subprocesses. Idempotent:
 re-run it after merging a branch that still writes the old imports.
 
     .venv/bin/python tools/namespace_imports.py            # rewrite, then ruff the files

@@ -67,7 +67,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_model_bench(args: argparse.Namespace) -> int:
-    from tether.ai.providers.local import default_model_path
+    from tether.ai.model.providers.local import default_model_path
 
     model = args.model or str(default_model_path())
     builds = [_parse_build(spec) for spec in args.build] or [("installed", None)]

@@ -284,8 +284,8 @@ def choose_cases(size: str, cases: list[Case] | None = None) -> list[Case]:
 
 def model_path(model: str, scratch: Path) -> Path:
     """The GGUF file of a model that ships in a package."""
-    from tether.ai.providers.local import default_model_path
-    from tether.ai.providers.requantize import requantized
+    from tether.ai.model.providers.local import default_model_path
+    from tether.ai.model.providers.requantize import requantized
 
     if model == "smollm2-q4_1":
         return default_model_path()  # as shipped

@@ -23,11 +23,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.ai.context import COMPLETE_PREFIX, STOP_COMPLETE, SYSTEM_COMPLETE, ContextBuilder
 from tether.ai.errors import ProviderError, ProviderUnavailable
-from tether.ai.providers.base import Cancellation, GenerationRequest, Provider
-from tether.ai.regions import RegionIndex
-from tether.ai.stopping import heal_output, heal_prompt, settled
+from tether.ai.model.providers.base import Cancellation, GenerationRequest, Provider
+from tether.ai.text.context import COMPLETE_PREFIX, STOP_COMPLETE, SYSTEM_COMPLETE, ContextBuilder
+from tether.ai.text.regions import RegionIndex
+from tether.ai.text.stopping import heal_output, heal_prompt, settled
 
 from .quality_corpus import Case
 
@@ -118,7 +118,8 @@ def covers(longer: str, cap: str) -> bool:
 def decided(raw: str, leftover: str, cap: str) -> bool:
     """Whether more text cannot change what the editor sees under stopping rule ``cap`` (or
     any shorter one): the healed space was not written (nothing is shown), or the rule has
-    decided (``ai.stopping.settled``). ``full`` never decides: the token limit or a stop does."""
+    decided (``ai.text.stopping.settled``). ``full`` never decides: the token limit or a stop
+    does."""
     if not (raw.startswith(leftover) or leftover.startswith(raw)):
         return True
     if cap == "full" or len(raw) < len(leftover):
@@ -171,7 +172,7 @@ async def drive_local(
 ) -> dict[str, dict[str, Generation]]:
     """Every run on its cases (``Run.subset``: those in ``subset``) through one loaded model,
     prefixes reused (module docstring)."""
-    from tether.ai.providers.local import LocalProvider
+    from tether.ai.model.providers.local import LocalProvider
 
     provider = LocalProvider(path, threads=threads, state_budget_bytes=0)
     results: dict[str, dict[str, Generation]] = {run.name: {} for run in runs}
@@ -229,7 +230,7 @@ async def drive_openai(
     ``OpenAIProvider``; one run after another, so the upstream's own prompt cache sees what a
     server's requests would (its fixed prefix warm, each case's document new). Returns
     (results, runs skipped with the reason)."""
-    from tether.ai.providers.openai import OpenAIProvider
+    from tether.ai.model.providers.openai import OpenAIProvider
 
     results: dict[str, dict[str, Generation]] = {}
     skipped: dict[str, str] = {}

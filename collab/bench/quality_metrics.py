@@ -2,7 +2,7 @@
 bootstrap confidence intervals over cases. Pure functions: no model, no files.
 
 Acceptability, the rule the bench ranks on: a suggestion is ACCEPTABLE when it is not junk
-(``ai.junk``) and its leading words are the author's next words, after lower-casing and
+(``ai.text.junk``) and its leading words are the author's next words, after lower-casing and
 dropping punctuation, for at least ``min(2, its length in words)`` words. That is a ghost text
 the editor would take (whole, or its first words with a word-accept key) without correcting
 it. ``words_saved`` counts how many leading words agree: the typing a user is spared.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tether.ai.junk import junk_kind, words
+from tether.ai.text.junk import junk_kind, words
 
 CHRF_ORDER = 6
 CHRF_BETA = 2.0

@@ -12,9 +12,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tether.ai.junk import KINDS as JUNK_KINDS
-from tether.ai.junk import screen  # the server's junk filter, exactly
-from tether.ai.stopping import stop_at  # what the server applies, exactly
+from tether.ai.text.junk import KINDS as JUNK_KINDS
+from tether.ai.text.junk import screen  # the server's junk filter, exactly
+from tether.ai.text.stopping import stop_at  # what the server applies, exactly
 
 from .quality_corpus import Case
 from .quality_drive import Generation, errors

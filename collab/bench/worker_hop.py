@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from tether.ai.providers.base import Cancellation, GenerationRequest
+from tether.ai.model.providers.base import Cancellation, GenerationRequest
 
 PROMPT = "Meeting notes, product sync. We agreed that the onboarding flow needs fewer steps, and"
 
@@ -30,8 +30,8 @@ def run_worker_bench(args: argparse.Namespace) -> int:
 
 
 async def _run(rounds: int) -> int:
-    from tether.ai.providers.local import LocalProvider
-    from tether.ai.supervisor import Supervisor, SupervisorSettings
+    from tether.ai.model.providers.local import LocalProvider
+    from tether.ai.model.supervisor import Supervisor, SupervisorSettings
 
     with tempfile.TemporaryDirectory(prefix="tether-hop-") as scratch:
         config = {"data_dir": scratch, "semantic": False, "nice": 0, "quant": "q4_0"}

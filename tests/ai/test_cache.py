@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tether.ai.cache import (
+from tether.ai.cache.embedder import DIMENSION, Embedder
+from tether.ai.cache.suggestions import (
     CacheQuery,
     CacheSettings,
     SuggestionCache,
@@ -19,7 +20,6 @@ from tether.ai.cache import (
     embedding_text,
     same_content,
 )
-from tether.ai.embedder import DIMENSION, Embedder
 
 
 @pytest.fixture(scope="module")

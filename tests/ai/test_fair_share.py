@@ -21,7 +21,7 @@ from tests.ai.asking import Answer, collect, send_suggest
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tether.ai.errors import Busy, QuotaExceeded
-from tether.ai.scheduler import INTERACTIVE, Scheduler
+from tether.ai.suggest.scheduler import INTERACTIVE, Scheduler
 from tether.protocol.client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio

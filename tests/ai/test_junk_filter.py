@@ -1,4 +1,4 @@
-"""The junk filter's decisions (``ai.junk.JunkScreen``): what it holds back, when it releases,
+"""The junk filter's decisions (``ai.text.junk.JunkScreen``): what it holds back, when it releases,
 where it stops; the same whatever pieces the stream comes in, and the same as ``screen`` on
 the whole text, which is what ``tether bench quality`` scores its "junk filter" views with."""
 
@@ -10,7 +10,7 @@ import unicodedata
 
 import pytest
 
-from tether.ai.junk import (
+from tether.ai.text.junk import (
     CHAT,
     ECHO,
     EMPTY,
@@ -24,7 +24,7 @@ from tether.ai.junk import (
     screened,
     words,
 )
-from tether.ai.stopping import PHRASE, SENTENCE, STOP_RULES, TOKENS, WORD
+from tether.ai.text.stopping import PHRASE, SENTENCE, STOP_RULES, TOKENS, WORD
 from tether.protocol.ai import END_REASONS, JUNK_KINDS, JUNK_PREFIX, SuggestionEnd
 
 BEFORE = "The keeper climbed the stairs at dusk. He lit the lamp and wrote in the "

@@ -17,7 +17,7 @@ import pytest
 
 from tests.ai.asking import Answer, ask, metric, utf16_len, wait_metric
 from tests.serverproc import ServerProcess
-from tether.ai.junk import junk_kind
+from tether.ai.text.junk import junk_kind
 from tether.protocol.ai import SuggestionDelta, SuggestionEnd
 from tether.protocol.client import DocumentHandle, TetherClient
 

@@ -19,9 +19,9 @@ from typing import Any
 import anyio
 import pytest
 
-from tether.ai.context import COMPLETE_PREFIX, STOP_COMPLETE
-from tether.ai.providers.base import Cancellation, GenerationRequest
-from tether.ai.providers.local import LocalProvider, _WarmStates
+from tether.ai.model.providers.base import Cancellation, GenerationRequest
+from tether.ai.model.providers.local import LocalProvider, _WarmStates
+from tether.ai.text.context import COMPLETE_PREFIX, STOP_COMPLETE
 
 LIGHTHOUSE = "The lighthouse keeper climbed the stairs every evening at dusk and"
 MARKET = "On market day the square filled with stalls selling bread, cheese and"

@@ -13,10 +13,10 @@ import anyio
 import pytest
 
 from tests.ai.sse_upstream import Upstream, serve_upstream
-from tether.ai.context import COMPLETE_PREFIX, STOP_COMPLETE
 from tether.ai.errors import ProviderError, ProviderTimeout, ProviderUnavailable
-from tether.ai.providers.base import Cancellation, GenerationRequest
-from tether.ai.providers.openai import OpenAIProvider, SseDecoder, chatml_to_messages
+from tether.ai.model.providers.base import Cancellation, GenerationRequest
+from tether.ai.model.providers.openai import OpenAIProvider, SseDecoder, chatml_to_messages
+from tether.ai.text.context import COMPLETE_PREFIX, STOP_COMPLETE
 
 pytestmark = pytest.mark.anyio
 

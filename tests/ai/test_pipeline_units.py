@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import pytest
 
-from tether.ai.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo
 from tether.ai.errors import BadRequest, Busy
-from tether.ai.positions import index_to_utf8, index_to_utf16, utf16_to_index
-from tether.ai.regions import RegionIndex, split_paragraphs
-from tether.ai.scheduler import INTERACTIVE, PREFETCH, Scheduler
-from tether.ai.streamer import stream_coalesced
+from tether.ai.suggest.scheduler import INTERACTIVE, PREFETCH, Scheduler
+from tether.ai.suggest.streamer import stream_coalesced
+from tether.ai.text.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo
+from tether.ai.text.positions import index_to_utf8, index_to_utf16, utf16_to_index
+from tether.ai.text.regions import RegionIndex, split_paragraphs
 
 pytestmark = pytest.mark.anyio
 

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.ai.anchors import TextAnchor
-from tether.ai.cache import CacheQuery, CacheSettings, SuggestionCache, typed_ahead
-from tether.ai.prefetch import DutyCycle, Pause, edited_end
-from tether.ai.scheduler import INTERACTIVE, PREFETCH, Scheduler
+from tether.ai.cache.suggestions import CacheQuery, CacheSettings, SuggestionCache, typed_ahead
+from tether.ai.suggest.prefetch import DutyCycle, Pause, edited_end
+from tether.ai.suggest.scheduler import INTERACTIVE, PREFETCH, Scheduler
+from tether.ai.text.anchors import TextAnchor
 
 
 def test_edited_end_is_where_typing_stopped() -> None:

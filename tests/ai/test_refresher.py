@@ -1,4 +1,4 @@
-"""Renewing an editor's stale context in the background (ai/refresher.py), with the real
+"""Renewing an editor's stale context in the background (ai/suggest/refresher.py), with the real
 scheduler, context builder and flights, and a provider a test holds open (mechanics only: the
 warm-prefix savings themselves are measured by ``tether bench ai``)."""
 
@@ -12,16 +12,16 @@ import pytest
 from prometheus_client import CollectorRegistry
 from pycrdt import Doc, Text
 
-from tether.ai.anchors import TextAnchor
-from tether.ai.context import ContextBuilder, ContextMemo
-from tether.ai.flights import Flights, session_of
 from tether.ai.metrics import AiMetrics
-from tether.ai.providers.base import Cancellation, GenerationRequest
-from tether.ai.providers.scripted import ScriptedProvider
-from tether.ai.records import TEXT_NAME
-from tether.ai.refresher import Refresher
-from tether.ai.scheduler import INTERACTIVE, Scheduler
+from tether.ai.model.providers.base import Cancellation, GenerationRequest
+from tether.ai.model.providers.scripted import ScriptedProvider
 from tether.ai.settings import AiSettings
+from tether.ai.suggest.flights import Flights, session_of
+from tether.ai.suggest.records import TEXT_NAME
+from tether.ai.suggest.refresher import Refresher
+from tether.ai.suggest.scheduler import INTERACTIVE, Scheduler
+from tether.ai.text.anchors import TextAnchor
+from tether.ai.text.context import ContextBuilder, ContextMemo
 from tether.collab.auth.tokens import OPEN_GRANT
 
 pytestmark = pytest.mark.anyio

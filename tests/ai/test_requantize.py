@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tether.ai.providers.local import default_model_path
-from tether.ai.providers.requantize import requantized
+from tether.ai.model.providers.local import default_model_path
+from tether.ai.model.providers.requantize import requantized
 
 
 def test_the_shipped_model_is_requantised_once_and_then_reused(tmp_path: Path) -> None:

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tether.ai.cache import CacheQuery, CacheSettings, SuggestionCache, embedding_text
-from tether.ai.embedder import Embedder
+from tether.ai.cache.embedder import Embedder
+from tether.ai.cache.suggestions import CacheQuery, CacheSettings, SuggestionCache, embedding_text
 
 HERE = Path(__file__).parent
 PAIRS = json.loads((HERE / "semantic_pairs.json").read_text())

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tether.ai.stopping import STOP_RULES, heal_output, shape, stop_at
+from tether.ai.text.stopping import STOP_RULES, heal_output, shape, stop_at
 
 ALPHABET = ["a", "b", "e.g", " ", "  ", ",", ".", "!", "\n", "x y", "é", " the", ". ", "?\n"]
 

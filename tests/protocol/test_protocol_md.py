@@ -243,7 +243,7 @@ KINDS: dict[str, Kind] = {
     "yws.queryAwareness": _yws(lambda a: yws.YQueryAwareness()),
     "ai.suggest": _ai_client(_suggest),
     "ai.cancel": _ai_client(lambda a: ai.Cancel(a.pop("id"))),
-    "ai.accept": _ai_client(lambda a: ai.Accept(a.pop("id"))),
+    "ai.suggest.accept": _ai_client(lambda a: ai.Accept(a.pop("id"))),
     "ai.suggestion.start": _ai_server(lambda a: ai.SuggestionStart(a.pop("id"), a.pop("source"))),
     "ai.suggestion.delta": _ai_server(lambda a: ai.SuggestionDelta(a.pop("id"), a.pop("text"))),
     "ai.suggestion.end": _ai_server(

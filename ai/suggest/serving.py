@@ -18,13 +18,13 @@ from pycrdt import StickyIndex, Text
 
 from tether.protocol.ai import Suggest, SuggestionEnd, SuggestionStart
 
-from .anchors import TextAnchor
-from .cache import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
-from .context import ContextBuilder, ContextMemo
-from .errors import AiError, BadRequest, ModelUnavailable
+from ..cache.suggestions import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
+from ..errors import AiError, BadRequest, ModelUnavailable
+from ..text.anchors import TextAnchor
+from ..text.context import ContextBuilder, ContextMemo
+from ..text.positions import utf16_to_index
 from .flights import session_of
 from .generation import rescreen
-from .positions import utf16_to_index
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
 from .scheduler import INTERACTIVE
 

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from ..errors import ProviderError, ProviderUnavailable
+from ...errors import ProviderError, ProviderUnavailable
 from .base import Cancellation, GenerationRequest, Provider
 from .requantize import requantized
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import faiss
 import numpy as np
 
-from .context import PROMPT_VERSION
+from ..text.context import PROMPT_VERSION
 
 EXACT = "exact"
 TYPEAHEAD = "typeahead"

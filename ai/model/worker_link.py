@@ -42,7 +42,7 @@ from tether.protocol.worker import (
     encode_frame,
 )
 
-from .errors import ModelUnavailable, ProviderError
+from ..errors import ModelUnavailable, ProviderError
 from .providers.base import GenerationRequest
 from .worker.contract import LOG_MARK, OUT_OF_MEMORY_EXIT
 
@@ -104,7 +104,7 @@ class WorkerLink:
             self._process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "tether.ai.worker",
+                "tether.ai.model.worker",
                 "--fd",
                 str(theirs.fileno()),
                 "--config",

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import Busy, QuotaExceeded
+from ..errors import Busy, QuotaExceeded
 
 INTERACTIVE = 0
 PREFETCH = 1

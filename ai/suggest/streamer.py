@@ -20,7 +20,7 @@ class StreamResult:
     frames: int = 0
     first_piece_at: float | None = None
     piece_times: list[float] = field(default_factory=list)
-    junk: str | None = None  # the junk kind that ended the stream (see ai.junk), if any
+    junk: str | None = None  # the junk kind that ended the stream (see ai.text.junk), if any
 
 
 async def stream_coalesced(

@@ -26,23 +26,23 @@ from tether.protocol.ai import (
     SuggestionStart,
 )
 
-from .cache import CacheQuery, SuggestionCache, embedding_text
-from .errors import AiError, BadRequest, ModelUnavailable
+from ..cache.suggestions import CacheQuery, SuggestionCache, embedding_text
+from ..errors import AiError, BadRequest, ModelUnavailable
+from ..metrics import AiMetrics
+from ..model.providers.base import GenerationRequest, Provider
+from ..text.regions import RegionIndex
 from .generation import run_generation, screening, shaping
-from .metrics import AiMetrics
 from .prefetch import DutyCycle
-from .providers.base import GenerationRequest, Provider
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
-from .regions import RegionIndex
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
     from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
 
-    from .context import BuiltPrompt
-    from .embedder import Embedder
-    from .settings import AiSettings
+    from ..cache.embedder import Embedder
+    from ..settings import AiSettings
+    from ..text.context import BuiltPrompt
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ class Flights:
 
     def launch(self, flight: Flight, priority: int, peer: Peer) -> None:
         """Queue ``flight`` on the model as ``peer``'s work (its connection's and its token
-        subject's share: see ``ai.scheduler``)."""
+        subject's share: see ``ai.suggest.scheduler``)."""
         flight.job = self.scheduler.submit(
             lambda: self._fly(flight), priority, owner=owner_of(peer), subject=subject_of(peer)
         )

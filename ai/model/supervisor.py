@@ -25,7 +25,7 @@ import numpy as np
 
 from tether.protocol.worker import DONE, EMBEDDER, ERROR, FAILED, HELLO, LOADED, READY, TOKEN, Frame
 
-from .errors import ModelUnavailable, ProviderError
+from ..errors import ModelUnavailable, ProviderError
 from .providers.base import Cancellation, GenerationRequest
 from .worker_link import WorkerLink, worker_environment
 

@@ -9,17 +9,17 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from .errors import ProviderTimeout
-from .junk import JunkScreen, screened
-from .junk import screen as screen_whole
-from .metrics import AiMetrics
-from .providers.base import Cancellation, GenerationRequest, Provider
-from .stopping import TOKENS, heal_prompt, shape
+from ..errors import ProviderTimeout
+from ..metrics import AiMetrics
+from ..model.providers.base import Cancellation, GenerationRequest, Provider
+from ..text.junk import JunkScreen, screened
+from ..text.junk import screen as screen_whole
+from ..text.stopping import TOKENS, heal_prompt, shape
 from .streamer import StreamResult, stream_coalesced
 
 if TYPE_CHECKING:
-    from .context import BuiltPrompt
-    from .settings import AiSettings
+    from ..settings import AiSettings
+    from ..text.context import BuiltPrompt
 
 
 async def run_generation(
@@ -41,9 +41,9 @@ async def run_generation(
     or no ``requested_at``: a prefetch nobody has asked for yet has no TTFT). The result's
     ``pieces`` are the model's tokens, whatever was shown of them.
 
-    ``heal`` and ``stop_rule`` (see ``ai.stopping``) shape completions: the prompt ends before
+    ``heal`` and ``stop_rule`` (see ``ai.text.stopping``) shape completions: the prompt ends before
     the typed space, and the stream stops as soon as the rule has decided. ``screen`` (see
-    ``ai.junk``) holds text back until it is known not to be junk, and ends the stream at the
+    ``ai.text.junk``) holds text back until it is known not to be junk, and ends the stream at the
     first junk (``result.junk`` says which kind)."""
     leftover = ""
     if heal:

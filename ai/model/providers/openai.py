@@ -2,7 +2,7 @@
 one pooled keep-alive HTTP client; owns the wire format (SSE, ChatML to messages) and the error
 mapping at that boundary. Knows nothing of documents, editors or sockets.
 
-Chat prefill: the prompt from ``ai/context.py`` ends with an open assistant turn holding the
+Chat prefill: the prompt from ``ai/text/context.py`` ends with an open assistant turn holding the
 document text before the cursor. For the chat API that text becomes a final assistant message so
 the upstream continues it. Ollama and the llama.cpp server continue such a message; vLLM does so
 only with ``extra_body={"continue_final_message": True, "add_generation_prompt": False}``; hosted
@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from ..errors import ProviderError, ProviderTimeout, ProviderUnavailable
+from ...errors import ProviderError, ProviderTimeout, ProviderUnavailable
 from .base import Cancellation, GenerationRequest, Provider
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..embedder import Embedder
+from ...cache.embedder import Embedder
 from ..supervisor import Supervisor
 from .base import Cancellation, GenerationRequest, Provider
 

@@ -13,7 +13,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .anchors import TextAnchor
+    from ..text.anchors import TextAnchor
 
 
 def edited_end(before: str, after: str) -> int | None:

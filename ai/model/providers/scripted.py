@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
-from ..errors import ProviderError
+from ...errors import ProviderError
 from .base import Cancellation, GenerationRequest, Provider
 
 

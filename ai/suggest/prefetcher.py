@@ -2,7 +2,7 @@
 before it asks, so its next ``suggest`` finds the answer in flight or in the cache.
 
 Decides when and what to compute and launches it through ``Flights`` at prefetch priority;
-the pure parts (debounce, cursor inference, duty cycle) are in ``ai/prefetch.py``.
+the pure parts (debounce, cursor inference, duty cycle) are in ``ai/suggest/prefetch.py``.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from pycrdt import Text
 
-from .anchors import TextAnchor
-from .cache import exact_key
-from .context import ContextBuilder, ContextMemo
-from .errors import Busy
+from ..cache.suggestions import exact_key
+from ..errors import Busy
+from ..text.anchors import TextAnchor
+from ..text.context import ContextBuilder, ContextMemo
 from .flights import session_of
 from .prefetch import Pause, cursor_after_typing
 from .records import TEXT_NAME, Flight, RoomState
@@ -117,7 +117,7 @@ class Prefetcher:
         if not certain:
             # A guess must not overwrite the context the editor's next request will reuse.
             memo = replace(memo)
-        # As a request would build it (see ai.refresher for how a stale context is renewed),
+        # As a request would build it (see ai.suggest.refresher for how a stale context is renewed),
         # so the request after this pause finds this very computation.
         prompt = self.builder.complete(state.regions, text, cursor, memo, refresh=False)
         max_tokens = state.lengths.get(peer.peer_id, flights.settings.default_max_tokens)

@@ -10,19 +10,19 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .providers.base import Cancellation
+from ..model.providers.base import Cancellation
 
 if TYPE_CHECKING:
     from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
     from tether.protocol.ai import Suggest
 
-    from .anchors import TextAnchor
-    from .cache import CacheQuery
-    from .context import BuiltPrompt, ContextMemo
-    from .junk import JunkScreen
+    from ..cache.suggestions import CacheQuery
+    from ..text.anchors import TextAnchor
+    from ..text.context import BuiltPrompt, ContextMemo
+    from ..text.junk import JunkScreen
+    from ..text.regions import RegionIndex
     from .prefetch import Pause
-    from .regions import RegionIndex
 
 TEXT_NAME = "content"
 MODEL = "model"  # suggestion.start's source when the model computes the answer for it
@@ -41,7 +41,7 @@ class Flight:
     # Where the generation belongs; typing there that is not its own start makes it stale.
     anchor: TextAnchor
     max_tokens: int
-    session: str  # the provider's warm-state key: see ``ai.flights.session_of``
+    session: str  # the provider's warm-state key: see ``ai.suggest.flights.session_of``
     embed_text: str | None  # what the semantic layer embeds for this context
     prefetch_for: int | None = None  # the editor's peer id when computed ahead for it
     cancel: Cancellation = field(default_factory=Cancellation)
@@ -95,6 +95,7 @@ class RoomState:
     # (loop time).
     cursors: dict[int, tuple[TextAnchor, float]] = field(default_factory=dict)
     seen_text: str | None = None  # the text when prefetch last looked: its diff base
-    # Per editor: the model's evaluation of its renewed context, while it runs (ai.refresher).
+    # Per editor: the model's evaluation of its renewed context, while it runs
+    # (ai.suggest.refresher).
     warming: dict[int, asyncio.Future[Any]] = field(default_factory=dict)
     check_scheduled: bool = False

@@ -21,12 +21,12 @@ from tether.protocol.ai import (
     SuggestionStart,
 )
 
-from .engine import AiEngine
-from .errors import AiError, BadRequest
+from ..engine import AiEngine
+from ..errors import AiError, BadRequest
+from ..model.providers.base import Cancellation, GenerationRequest
+from ..text.positions import utf16_to_index
+from ..text.regions import RegionIndex
 from .generation import run_generation, screening, shaping
-from .positions import utf16_to_index
-from .providers.base import Cancellation, GenerationRequest
-from .regions import RegionIndex
 from .scheduler import INTERACTIVE
 
 
@@ -42,7 +42,7 @@ async def stream_http_suggestion(
     subject: str | None = None,
 ) -> None:
     """Stream one suggestion to ``send``; ``owner`` and ``subject`` are whose share of the
-    model it takes (see ``ai.scheduler``)."""
+    model it takes (see ``ai.suggest.scheduler``)."""
     requested_at = time.perf_counter()
     engine.metrics.requests.labels("http", "model").inc()
     try:

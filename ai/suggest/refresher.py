@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 from pycrdt import Text
 
-from .context import ContextBuilder, ContextMemo
-from .errors import AiError
+from ..errors import AiError
+from ..model.providers.base import Cancellation, GenerationRequest
+from ..text.context import ContextBuilder, ContextMemo
 from .flights import owner_of, session_of, subject_of
-from .providers.base import Cancellation, GenerationRequest
 from .records import TEXT_NAME, RoomState
 from .scheduler import PREFETCH
 

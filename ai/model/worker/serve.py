@@ -38,7 +38,7 @@ from tether.protocol.worker import (
     encode_frame,
 )
 
-from ..embedder import Embedder
+from ...cache.embedder import Embedder
 from ..providers.base import Cancellation, GenerationRequest
 from ..providers.local import LocalProvider
 from .contract import OUT_OF_MEMORY_EXIT

@@ -6,7 +6,7 @@ Pure functions; every editor-supplied position goes through here at the boundary
 
 from __future__ import annotations
 
-from .errors import BadRequest
+from ..errors import BadRequest
 
 
 def utf16_to_index(text: str, units: int) -> int:
