@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,8 @@ from .model.supervisor import Supervisor, SupervisorSettings
 from .settings import AiSettings
 from .status import AiState, StatusBoard
 from .suggest.scheduler import Scheduler
+
+log = logging.getLogger("tether")  # the server's own lines: AI on, and from which provider
 
 
 def build_provider(settings: Any) -> Provider | None:
@@ -167,3 +172,34 @@ def _cache(settings: Any) -> SuggestionCache | None:
             threshold=settings.ai_semantic_threshold,
         )
     )
+
+
+async def start_engine(
+    settings: Any,
+    stack: contextlib.AsyncExitStack,
+    registry: Any,
+    on_refusal: Callable[[str, object], None],
+) -> AiEngine | None:
+    """The AI engine on the configured provider, entered on ``stack``, or None when AI is off.
+    Returns at once: the model worker loads behind, and sync serves meanwhile."""
+    provider = build_provider(settings)
+    if provider is None:
+        log.info("AI suggestions are off (--ai-provider none)")
+        return None
+    await stack.enter_async_context(provider)
+    scheduler = await stack.enter_async_context(
+        Scheduler(
+            settings.ai_queue_limit,
+            per_owner=settings.ai_queue_per_connection,
+            per_subject=settings.ai_queue_per_subject,
+            on_refusal=on_refusal,
+        )
+    )
+    embedder, embed_worker = build_embedder(settings, provider)
+    if embed_worker is not None:
+        await stack.enter_async_context(embed_worker)
+    engine = build_engine(settings, provider, scheduler, registry, embedder)
+    engine.status = build_status(provider, embed_worker)
+    stack.callback(engine.close)
+    log.info("AI suggestions from the %r provider", provider.name)
+    return engine

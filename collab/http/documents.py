@@ -1,9 +1,10 @@
 """The document endpoints of the REST API: read and export, import, delete, named versions.
 
-``TetherServer.routes()`` mounts ``DocumentsApi.routes()``; each handler checks the token and
-the name, then hands the work to the room manager, the store and ``document_edits``. Readers use
-``RoomManager.visit``, so REST never pins a document loaded (issue 10, item 9), and an unknown
-name is never loaded at all. Names are checked by the rule /ws applies (``valid_document_name``).
+``TetherServer.routes()`` mounts ``DocumentsApi.routes()`` (the listing too); each handler checks
+the token and the name, then hands the work to the room manager, the store and ``document_edits``.
+Readers use ``RoomManager.visit``, so REST never pins a document loaded (issue 10, item 9), and an
+unknown name is never loaded at all. Names are checked by the rule /ws applies
+(``valid_document_name``).
 
 "Unknown" (404): not in the store, and not loaded with content (an editor's first edit is in
 memory before its append commits). A name an editor has open but never edited is unknown too:
@@ -63,6 +64,7 @@ class DocumentsApi:
 
     def routes(self) -> list[Route]:
         return [
+            Route("/api/documents", self.list_documents),
             Route("/api/versions/{name:path}", self.versions, methods=["GET", "POST"]),
             Route("/api/restore/{name:path}", self.restore, methods=["POST"]),
             Route(
@@ -71,6 +73,28 @@ class DocumentsApi:
                 methods=["GET", "PUT", "POST", "DELETE"],
             ),
         ]
+
+    # ---- /api/documents ------------------------------------------------------------------------
+
+    async def list_documents(self, request: Request) -> Response:
+        """The stored documents this token may open."""
+        grant = await self._grant_of(request, None)
+        if grant is None:
+            return _error(401, "missing, invalid or expired token")
+        ctx = self._context()
+        infos = await ctx.store.list_documents()
+        listed = [
+            {
+                "name": info.name,
+                "created_at": info.created_at,
+                "updated_at": info.updated_at,
+                "stored_bytes": info.stored_bytes,
+                "loaded": info.name in ctx.rooms.rooms,
+            }
+            for info in infos
+            if grant.allows(info.name)
+        ]
+        return JSONResponse({"documents": listed})
 
     # ---- /api/documents/{name} -----------------------------------------------------------------
 

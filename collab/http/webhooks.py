@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 from pycrdt import Text
 
+from ..config import Settings
 from ..runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,20 @@ class WebhookExtension:
     metrics: Metrics | None = None
     _pending: dict[tuple[str, str], _Pending] = field(default_factory=dict)
     _client: httpx.AsyncClient | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, metrics: Metrics) -> WebhookExtension | None:
+        """The extension ``--webhook-url`` asks for, or None when it is unset."""
+        if not settings.webhook_url:
+            return None
+        return cls(
+            settings.webhook_url,
+            settings.webhook_secret,
+            debounce=settings.webhook_debounce,
+            max_wait=max(settings.webhook_debounce * 5, 1.0),
+            events=tuple(settings.webhook_events.split(",")),
+            metrics=metrics,
+        )
 
     # ---- hooks ---------------------------------------------------------------------------
 

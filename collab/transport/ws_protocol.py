@@ -160,7 +160,7 @@ class SlimWebSocketsProtocol(WebSocketsSansIOProtocol):
         if self.handshake_complete and getattr(self, "response", None) is not None:
             self.response = None  # sent (accepted or refused): not read again
             # tether's app reads the scope's headers before it accepts, and keeps the list
-            # itself when a hook may read them (collab.server._connection_info).
+            # itself when a hook may read them (collab.connection.admission.connection_info).
             self.scope["headers"] = []
 
 
