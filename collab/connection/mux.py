@@ -43,7 +43,6 @@ from tether.protocol.session import (
     SessionLimits,
 )
 
-from ..auth.grants import authenticate
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
 from ..rooms.initial_sync import InitialSync
@@ -56,6 +55,7 @@ from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
 from .context import ServerContext, Transport, valid_document_name
+from .grants import authenticate
 from .lifecycle import (
     CloseConnection,
     ConnectionEnd,

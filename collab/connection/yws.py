@@ -20,7 +20,6 @@ from tether.protocol.yws import (
     decode_yws_frame,
 )
 
-from ..auth.grants import authenticate
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
 from ..rooms.initial_sync import InitialSync
@@ -31,6 +30,7 @@ from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
+from .grants import authenticate
 from .lifecycle import CloseConnection, ConnectionEnd, detach_each, run_connection
 
 log = logging.getLogger(__name__)

@@ -9,10 +9,10 @@ from collections.abc import Callable
 
 from starlette.requests import Request
 
-from ..auth.grants import authenticate
 from ..auth.tokens import AuthError, Grant
 from ..connection.admission import connection_info, route_path
 from ..connection.context import ServerContext
+from ..connection.grants import authenticate
 from ..hooks import ConnectionInfo, Hooks
 from ..runtime.metrics import Metrics
 

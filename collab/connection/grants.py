@@ -3,9 +3,9 @@ authenticator (``--auth jwt|none``). Knows nothing of sockets or Starlette."""
 
 from __future__ import annotations
 
-from ..connection.context import ServerContext
+from ..auth.tokens import Grant
 from ..hooks import AuthRequest, ConnectionInfo
-from .tokens import Grant
+from .context import ServerContext
 
 
 async def authenticate(
