@@ -2,7 +2,7 @@
 
 Runs the server in this process (uvicorn in a thread, with the settings ``tether serve`` gives
 it) and the idle clients in a subprocess, so only the server's allocations are counted. From
-the repository's root: ``PYTHONPATH=. python tools/idle_heap.py [connections] [documents]
+the repository's root: ``python -m tether.collab.bench.idle_heap [connections] [documents]
 [top] [--files] [--tracebacks]``. A measuring tool, not a test.
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 import psutil
 import uvicorn
 
-from tether.collab.bench.launcher import free_port
-from tether.collab.config import Settings
-from tether.collab.server import create_app
-from tether.collab.transport.raw_frames import RawFramesProtocol
+from ..config import Settings
+from ..server import create_app
+from ..transport.raw_frames import RawFramesProtocol
+from .launcher import free_port
 
 _CLIENT = """
 import asyncio, sys

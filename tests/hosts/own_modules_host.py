@@ -11,9 +11,9 @@ import sys
 
 import uvicorn
 
-import ai  # the host's own (namespace_imports: keep)
-import collab  # the host's own (namespace_imports: keep)
-import protocol  # the host's own (namespace_imports: keep)
+import ai  # the host's own
+import collab  # the host's own
+import protocol  # the host's own
 import tether
 from tether import Settings, TetherServer
 from tether.client import TetherClient
