@@ -199,6 +199,8 @@ class DocumentsApi:
         label = fields.get("label")
         if not isinstance(label, str) or not 0 < len(label) <= MAX_LABEL_CHARS:
             return _error(400, f"'label' must be a string of 1 to {MAX_LABEL_CHARS} characters")
+        if not _is_unicode_text(label):
+            return _error(400, "'label' must be Unicode text (it holds a lone surrogate)")
         if not await _known(ctx, name):
             return _error(404, "no such document")
         async with self._version_lock:
@@ -389,6 +391,14 @@ def _version_json(info: VersionInfo) -> dict[str, Any]:
 
 def _content_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _is_unicode_text(text: str) -> bool:
+    try:
+        text.encode("utf-8")  # JSON may carry a lone surrogate ("\\ud800"); stores cannot
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _error(status: int, reason: str) -> Response:

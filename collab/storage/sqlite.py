@@ -190,6 +190,8 @@ class SQLiteStore(Store):
         return self._enqueue("delete", name, b"")
 
     def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+        if not _encodable(label):  # refused here, before it can reach the writer's batch
+            return _failed(StorageError("a version label must be valid Unicode text"))
         return self._enqueue("version", name, bytes(state), label)
 
     def resume(self, name: str) -> None:
@@ -310,14 +312,29 @@ class SQLiteStore(Store):
         self._settle_soon(ops, settled)
 
     def _outcomes(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> list[object]:
-        """Run ``ops`` in one transaction: their results, or each its error (and a failed
-        append fences its document)."""
+        """Run ``ops`` in one transaction: their results. If it fails, each op runs again in a
+        transaction of its own, so only what fails fails (and a failed append fences its
+        document): one editor's bad write must not cost other documents their edits."""
         try:
             outcomes = list(writer.run_batch(ops))
         except Exception as exc:  # the writer must outlive a failed transaction
-            fenced.update(op.name for op in ops if op.kind == "append")
-            return [_storage_error(op, exc) for op in ops]
+            if len(ops) > 1:
+                return self._one_by_one(writer, ops, fenced)
+            if ops[0].kind == "append":
+                fenced.add(ops[0].name)
+            return [_storage_error(ops[0], exc)]
         self.commits += 1
+        return outcomes
+
+    def _one_by_one(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> list[object]:
+        outcomes: list[object] = []
+        for op in ops:
+            if op.name in fenced and op.kind in ("append", "compact"):
+                outcomes.append(_fenced_error(op))  # an earlier op of the batch failed
+                continue
+            if op.kind == "delete":
+                fenced.discard(op.name)  # a re-created document starts afresh
+            outcomes += self._outcomes(writer, [op], fenced)
         return outcomes
 
     def _settle_soon(self, ops: list[_Op], outcomes: list[object]) -> None:
@@ -501,6 +518,15 @@ _INSERT_SQL: dict[int, str] = {}  # at most _ROWS_PER_INSERT entries
 
 async def _wait(future: asyncio.Future[T]) -> T:
     return await future
+
+
+def _encodable(text: str) -> bool:
+    """SQLite stores text as UTF-8: a lone surrogate (valid in JSON) cannot be bound."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 async def _failed(exc: BaseException) -> NoReturn:

@@ -551,3 +551,37 @@ async def test_a_schema_1_file_is_migrated_with_its_snapshots_and_logs(db_path):
             assert await store.load("a") == [b"new"]
             with sqlite3.connect(db_path) as conn:
                 assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+
+
+@pytest.mark.anyio
+async def test_one_failing_write_in_a_batch_fails_alone(db_path):
+    """A batch's transaction that fails is run again op by op: the others' appends are stored
+    and acked (issue 26, item 4: one user's bad input failed other users' edits)."""
+    with anyio.fail_after(TIMEOUT):
+        await _refuse_inserts_for(db_path, "refused")
+        async with SQLiteStore(db_path) as store:
+            results = await asyncio.gather(
+                *(store.append(f"doc-{i % 3}", b"u%d" % i) for i in range(30)),
+                store.append("refused", b"x"),
+                *(store.append(f"doc-{i % 3}", b"v%d" % i) for i in range(30)),
+                return_exceptions=True,
+            )
+            failed = [r for r in results if isinstance(r, BaseException)]
+            assert len(failed) == 1 and isinstance(results[30], StorageError)
+            for i in range(3):
+                assert len(await store.load(f"doc-{i}")) == 20
+            assert await store.load("refused") == []
+
+
+@pytest.mark.anyio
+async def test_a_version_label_sqlite_cannot_store_is_refused_before_the_batch(db_path):
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path) as store:
+            appends = [store.append("other", b"%d" % i) for i in range(20)]
+            results = await asyncio.gather(
+                *appends, store.add_version("doc", "\ud800", b"state"), return_exceptions=True
+            )
+            assert all(isinstance(r, int) for r in results[:-1])
+            assert isinstance(results[-1], StorageError)
+            assert "valid Unicode" in str(results[-1])
+            assert await store.list_versions("doc") == []
