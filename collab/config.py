@@ -11,6 +11,8 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from .sizes import UNITS, parse_size
+
 ENV_PREFIX = "TETHER_"
 
 
@@ -263,6 +265,30 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 
 
+# The settings that are amounts of memory, and the unit a plain number counts in: bytes, except
+# the two named *_mb, which counted MiB before sizes took units and still do. Each also takes
+# a binary unit (16MiB, 64KiB: collab.sizes); in Settings it stays a number in its unit.
+SIZES: dict[str, str] = {
+    "max_frame_bytes": "B",
+    "max_outgoing_message_bytes": "B",
+    "initial_sync_piece_bytes": "B",
+    "max_queued_bytes_before_auth": "B",
+    "max_queued_bytes_before_auth_total": "B",
+    "max_session_id_bytes": "B",
+    "send_queue_bytes": "B",
+    "http_replay_bytes": "B",
+    "http_replay_bytes_total": "B",
+    "awareness_entry_bytes": "B",
+    "awareness_peer_bytes": "B",
+    "awareness_document_bytes": "B",
+    "max_version_bytes_per_document": "B",
+    "store_queue_bytes": "B",
+    "bus_queue_bytes": "B",
+    "ai_state_budget_mb": "MiB",
+    "ai_cache_mb": "MiB",
+}
+
+
 class SettingsError(ValueError):
     """A setting's value cannot be read; ``str(exc)`` is one line naming where it came from."""
 
@@ -273,23 +299,37 @@ _DEFAULT_TYPES: dict[str, type] = {
     for f in fields(Settings)
 }
 _DEFAULT_TYPES["data_dir"] = Path
+_DEFAULTS = Settings()
 
 
 def settings_from_env(environ: dict[str, str] | None = None) -> Settings:
     """Defaults overridden by every ``TETHER_<FIELD>`` variable that is set."""
     env = os.environ if environ is None else environ
-    base = Settings()
     values: dict[str, Any] = {}
-    for f in fields(base):
+    for f in fields(Settings):
         variable = ENV_PREFIX + f.name.upper()
         raw = env.get(variable)
         if raw is not None and raw != "":
             try:
-                values[f.name] = _coerce(getattr(base, f.name), raw)
-            except ValueError:
-                kind = _DEFAULT_TYPES[f.name].__name__
-                raise SettingsError(f"{variable}={raw!r} is not a valid {kind}") from None
-    return _replace(base, values)
+                values[f.name] = parse_setting(f.name, raw)
+            except ValueError as exc:
+                raise SettingsError(f"{variable}={raw!r} {exc}") from None
+    return _replace(_DEFAULTS, values)
+
+
+def parse_setting(name: str, raw: str) -> object:
+    """One setting's value from text, read the same from a flag, a ``TETHER_*`` variable and
+    an env file. Raises ValueError whose message follows the quoted text ("is not a valid
+    int"), so that ``f"{raw!r} {exc}"`` reads as one sentence."""
+    default = getattr(_DEFAULTS, name)
+    try:
+        return _coerce(default, raw)  # a plain number keeps the meaning it always had
+    except ValueError:
+        if name not in SIZES:
+            raise ValueError(f"is not a valid {_DEFAULT_TYPES[name].__name__}") from None
+    unit = SIZES[name]
+    size = parse_size(raw, plain="bytes" if unit == "B" else f"a number of {unit}")
+    return _in_unit(size, unit, default)
 
 
 def read_env_file(path: str | os.PathLike[str]) -> dict[str, str]:
@@ -327,6 +367,14 @@ def _coerce(default: object, raw: str) -> object:
     if isinstance(default, Path):
         return Path(raw)
     return raw
+
+
+def _in_unit(size: int, unit: str, default: object) -> int | float:
+    if isinstance(default, float):
+        return size / UNITS[unit]
+    if size % UNITS[unit]:
+        raise ValueError(f"is not a whole number of {unit}")
+    return size // UNITS[unit]
 
 
 def _replace(settings: Settings, values: dict[str, Any]) -> Settings:
