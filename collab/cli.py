@@ -8,6 +8,7 @@ import argparse
 import logging
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from .config import SettingsError, read_env_file, settings_from_env
@@ -181,6 +182,7 @@ def _serve(args: argparse.Namespace) -> int:
             environ = {**read_env_file(args.env_file), **environ}
         settings = settings_from_env(environ).with_overrides(**vars(args))
         settings.validate()
+        _check_data_dir(Path(settings.data_dir))
     except (SettingsError, ValueError, TypeError) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
@@ -216,6 +218,8 @@ def _serve(args: argparse.Namespace) -> int:
         create_app(settings),
         host=settings.host,
         port=settings.port,
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
         log_level=settings.log_level,
         lifespan="on",
         # uvicorn's loggers propagate to ours: one format for every line (its own dictConfig
@@ -248,6 +252,20 @@ def _serve(args: argparse.Namespace) -> int:
     )
     server.run()
     return 0 if server.started else 1
+
+
+def _check_data_dir(data_dir: Path) -> None:
+    """The data directory exists (or can be made) and takes files: checked before anything
+    starts, so a bad --data-dir is one line and exit status 2, not a traceback."""
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".tether-check-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ValueError(
+            f"data_dir {str(data_dir)!r} is not a writable directory: {reason}"
+        ) from exc
 
 
 def _token(args: argparse.Namespace) -> int:

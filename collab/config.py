@@ -56,8 +56,13 @@ class Settings:
     max_queued_bytes_before_auth: int = 512 * 1024
     max_queued_bytes_before_auth_total: int = 64 * 1024 * 1024
     # Open sockets per client address (loopback included; behind a proxy, the proxy's address
-    # unless it sends X-Forwarded-For). 0: no limit.
+    # unless it is trusted below). IPv6 addresses count per /64, what one host is usually given.
+    # 0: no limit.
     max_connections_per_address: int = 64
+    # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto tether trusts (uvicorn's
+    # forwarded_allow_ips: comma-separated IPs or CIDRs, "*" for any): the client address that
+    # limits, logs and hooks see is then the one the proxy names. uvicorn's own default.
+    forwarded_allow_ips: str = "127.0.0.1"
     # The part after NUL in a sessionAwareness channel ("doc\0<uuid>"); it prefixes every frame.
     max_session_id_bytes: int = 128
     auth_timeout: float = 10.0
@@ -199,6 +204,8 @@ class Settings:
         return _replace(self, clean)
 
     def validate(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be between 0 and 65535; not {self.port}")
         for name, allowed in CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:

@@ -63,7 +63,13 @@ GROUPS: tuple[Group, ...] = (
             (
                 "max_connections_per_address",
                 "N",
-                "open sockets per client address, loopback too (0: no limit)",
+                "open sockets per client address, loopback too; IPv6 per /64 (0: no limit)",
+            ),
+            (
+                "forwarded_allow_ips",
+                "IPS",
+                "reverse proxies whose X-Forwarded-For/-Proto are trusted (IPs or CIDRs, comma-"
+                "separated, * for any): limits and logs then see the real client",
             ),
             ("ping_interval", "SECONDS", "time between app-level pings"),
             (

@@ -53,6 +53,10 @@ def test_a_bad_value_is_one_line_and_exit_2() -> None:
             (),
             "TETHER_MAX_FRAME_BYTES='12XB' is not a size (use e.g. 16MiB, 64KiB or bytes)",
         ),
+        # Issue 26: a port out of range started and logged another port than it bound; a data
+        # dir that cannot hold files was a 25-line traceback.
+        ({}, ("--auth", "none", "--port", "99999"), "port must be between 0 and 65535"),
+        ({}, ("--auth", "none", "--data-dir", __file__), "is not a writable directory"),
     ]:
         result = tether("serve", *args, env=env)
         assert result.returncode == 2, result

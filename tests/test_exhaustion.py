@@ -328,3 +328,27 @@ async def test_connections_per_address_are_limited_on_both_endpoints(crowded: Se
         finally:
             for peer in held:
                 await peer.aclose()
+
+
+async def _open_as(server: ServerProcess, client: str) -> ClientConnection:
+    return await connect(server.ws_url, additional_headers={"X-Forwarded-For": client})
+
+
+@pytest.mark.parametrize("trusted", [True, False])
+async def test_behind_a_trusted_proxy_each_user_is_counted_not_the_proxy(tmp_path, trusted: bool):
+    """Issue 26, finding 8: behind a proxy every user had the proxy's address, so the 65th
+    editor was refused. With the proxy's address in --forwarded-allow-ips the limit counts the
+    client the proxy names; a proxy not listed is not believed."""
+    proxy = "127.0.0.1" if trusted else "192.0.2.1"  # the test connects from loopback
+    with ServerProcess(tmp_path, max_connections_per_address=2, forwarded_allow_ips=proxy) as srv:
+        with anyio.fail_after(20):
+            held = [await _open_as(srv, f"198.51.100.{k}") for k in range(2)]
+            try:
+                if trusted:  # a third user, then that user's second and (refused) third socket
+                    held += [await _open_as(srv, "198.51.100.7") for _ in range(2)]
+                with pytest.raises(InvalidStatus) as refused:
+                    held.append(await _open_as(srv, "198.51.100.7"))
+                assert refused.value.response.status_code == 403
+            finally:
+                for ws in held:
+                    await ws.close()

@@ -3,10 +3,13 @@ pre-auth budget of the server. Knows nothing of Starlette or protocols.
 
 Loopback counts like any address (tests and ``tether bench`` run from 127.0.0.1: the bench raises
 the limit for its own server). Behind a reverse proxy every socket has the proxy's address unless
-uvicorn trusts its X-Forwarded-For (``--forwarded-allow-ips``); raise the limit or set 0 there.
+uvicorn trusts its X-Forwarded-For (``--forwarded-allow-ips``). IPv6 addresses count per /64: a
+host is usually given a whole /64, and could otherwise open a socket from each of its addresses.
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 
 class ConnectionsPerAddress:
@@ -16,6 +19,7 @@ class ConnectionsPerAddress:
 
     def enter(self, address: str) -> bool:
         """Count one more socket from ``address``; False (not counted) if it is at the limit."""
+        address = address_group(address)
         count = self._open.get(address, 0)
         if self._limit and count >= self._limit:
             return False
@@ -23,6 +27,7 @@ class ConnectionsPerAddress:
         return True
 
     def leave(self, address: str) -> None:
+        address = address_group(address)
         count = self._open.get(address, 0) - 1
         if count > 0:
             self._open[address] = count
@@ -30,4 +35,17 @@ class ConnectionsPerAddress:
             self._open.pop(address, None)
 
     def open_from(self, address: str) -> int:
-        return self._open.get(address, 0)
+        return self._open.get(address_group(address), 0)
+
+
+def address_group(address: str) -> str:
+    """What one client is counted as: an IPv4 address itself, an IPv6 address its /64."""
+    if ":" not in address:
+        return address  # IPv4, a name, or "unknown": the common case costs one test
+    try:
+        ip = ipaddress.IPv6Address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
