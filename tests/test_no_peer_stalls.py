@@ -67,3 +67,28 @@ def _update(text: str) -> bytes:
     doc = Doc()
     doc.get("content", type=Text).insert(0, text)
     return doc.get_update()
+
+
+async def test_numbers_are_read_strictly_400_with_a_reason_never_500(
+    server: ServerProcess,
+) -> None:
+    """Finding 13: ``str.isdigit`` takes "²", which ``int`` refuses, and 10**30 overflowed
+    SQLite: those were 500s with tracebacks."""
+    octets = {"Content-Type": "application/octet-stream"}
+    async with httpx.AsyncClient(base_url=server.http_url) as http:
+        http.headers["Authorization"] = f"Bearer {server.token()}"
+        await http.put("/api/documents/numbers", content=_update("n"), headers=octets)
+        for ref in ("²", "١٢", "+1", "1e3", ""):
+            reply = await http.get(f"/api/versions/numbers?id={ref}")
+            assert reply.status_code == 400 and "version number" in reply.json()["error"], ref
+        for version in (10**30, -1, 1.5, "7"):
+            reply = await http.post("/api/restore/numbers", json={"version": version})
+            assert reply.status_code == 400, version
+        # Headers are latin-1: b"\xb2" is "²" to the server.
+        session = (await http.post("/http/session")).json()["session"]
+        headers = {"Tether-Session": session}
+        batch = {**headers, "Content-Type": "application/octet-stream", "Tether-Ack": b"\xb2"}
+        sent = await http.post("/http/send", content=b"", headers=batch)
+        assert sent.status_code == 400 and "Tether-Ack" in sent.json()["error"]
+        events = await http.get("/http/events", headers={**headers, "Last-Event-ID": b"\xb2"})
+        assert events.status_code == 400 and "Last-Event-ID" in events.json()["error"]

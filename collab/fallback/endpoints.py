@@ -43,6 +43,7 @@ from ..config import Settings
 from ..connection.close_codes import POLICY_VIOLATION
 from ..connection.context import ServerContext
 from ..hooks import ConnectionInfo
+from ..http.numbers import parse_counter
 from ..runtime.metrics import Metrics, label_value
 from .replay_buffer import ResumeGap
 from .session import HttpSession
@@ -150,7 +151,9 @@ class HttpTransport:
         if content_type != BATCH_TYPE:
             # A cross-site <form> can POST text/plain without a preflight; this type needs one.
             return _error(415, f"Content-Type must be {BATCH_TYPE}")
-        ack = _int_header(request, ACK_HEADER)
+        ack, refusal = _counter_header(request, ACK_HEADER)
+        if refusal is not None:
+            return refusal
         if ack is not None:
             session.ack(ack)
         limit = self._settings.max_frame_bytes + _BATCH_OVERHEAD
@@ -175,7 +178,10 @@ class HttpTransport:
         session = self._find(request)
         if session is None:
             return _no_session()
-        after = _int_header(request, RESUME_HEADER) or 0
+        after, refusal = _counter_header(request, RESUME_HEADER)
+        if refusal is not None:
+            return refusal
+        after = after or 0
         session.ack(after)  # the client has everything up to where it resumes
         poll = request.query_params.get("mode") == "poll"
         self.sessions.down_requests.labels("poll" if poll else "stream").inc()
@@ -233,11 +239,15 @@ class HttpTransport:
         return self.sessions.get(request.headers.get(SESSION_HEADER, ""))
 
 
-def _int_header(request: Request, name: str) -> int | None:
-    raw = request.headers.get(name, "")
-    if not raw.isdigit() or len(raw) > 18:  # ids are counters: no signs, no huge numbers
-        return None
-    return int(raw)
+def _counter_header(request: Request, name: str) -> tuple[int | None, Response | None]:
+    """The header's number (None when absent), or a 400 for one that is not a counter."""
+    raw = request.headers.get(name)
+    if raw is None:
+        return None, None
+    number = parse_counter(raw)  # ids are counters: ASCII digits, no sign, no "²"
+    if number is None:
+        return None, _error(400, f"{name} must be a message number")
+    return number, None
 
 
 async def _read_body(request: Request, limit: int) -> bytes | None:

@@ -38,6 +38,7 @@ from ..rooms.document_edits import (
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.room import RoomClosed
 from ..storage.store import StorageError, VersionInfo
+from .numbers import parse_counter, valid_id
 
 log = logging.getLogger("tether.rest")
 
@@ -242,18 +243,19 @@ class DocumentsApi:
     async def _one_version(
         self, request: Request, ctx: ServerContext, name: str, version: str
     ) -> Response:
-        if not version.isdigit() or len(version) > 18:
+        number = parse_counter(version)
+        if number is None:
             return _error(400, "'id' must be a version number")
         export = request.query_params.get("format", "json")
         if export not in FORMATS:
             return _error(400, f"unknown format {export[:32]!r}; one of {', '.join(FORMATS)}")
-        state = await ctx.store.load_version(name, int(version))
+        state = await ctx.store.load_version(name, number)
         if state is None:
             return _error(404, "no such version")
         text = text_of_state(state)
         if export != "json":
             return _export(f"{name}@{version}", export, text, state)
-        info = next((v for v in await ctx.store.list_versions(name) if v.id == int(version)), None)
+        info = next((v for v in await ctx.store.list_versions(name) if v.id == number), None)
         if info is None:
             return _error(404, "no such version")
         return JSONResponse({**_version_json(info), "text": text})
@@ -267,7 +269,7 @@ class DocumentsApi:
         if isinstance(fields, Response):
             return fields
         version = fields.get("version")
-        if isinstance(version, bool) or not isinstance(version, int):
+        if not valid_id(version):
             return _error(400, "'version' must be a version number")
         try:
             state = await ctx.store.load_version(name, version)
@@ -308,7 +310,8 @@ class DocumentsApi:
         """The body, up to the frame cap (the largest update /ws accepts): 413 past it."""
         limit = ctx.settings.max_frame_bytes
         declared = request.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
+        size = parse_counter(declared)
+        if size is not None and size > limit:
             return self._too_large(request, ctx)
         chunks, size = [], 0
         async for chunk in request.stream():
