@@ -219,7 +219,7 @@ def _serve(args: argparse.Namespace) -> int:
         host=settings.host,
         port=settings.port,
         proxy_headers=True,
-        forwarded_allow_ips=settings.forwarded_allow_ips,
+        forwarded_allow_ips=settings.forwarded_allow_ips or None,
         log_level=settings.log_level,
         lifespan="on",
         # uvicorn's loggers propagate to ours: one format for every line (its own dictConfig

@@ -61,8 +61,9 @@ class Settings:
     max_connections_per_address: int = 64
     # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto tether trusts (uvicorn's
     # forwarded_allow_ips: comma-separated IPs or CIDRs, "*" for any): the client address that
-    # limits, logs and hooks see is then the one the proxy names. uvicorn's own default.
-    forwarded_allow_ips: str = "127.0.0.1"
+    # limits, logs and hooks see is then the one the proxy names. "": uvicorn's default (its
+    # FORWARDED_ALLOW_IPS variable, else 127.0.0.1,::1).
+    forwarded_allow_ips: str = ""
     # The part after NUL in a sessionAwareness channel ("doc\0<uuid>"); it prefixes every frame.
     max_session_id_bytes: int = 128
     auth_timeout: float = 10.0

@@ -69,7 +69,8 @@ GROUPS: tuple[Group, ...] = (
                 "forwarded_allow_ips",
                 "IPS",
                 "reverse proxies whose X-Forwarded-For/-Proto are trusted (IPs or CIDRs, comma-"
-                "separated, * for any): limits and logs then see the real client",
+                "separated, * for any): limits and logs then see the real client (default:"
+                " uvicorn's FORWARDED_ALLOW_IPS, else 127.0.0.1,::1)",
             ),
             ("ping_interval", "SECONDS", "time between app-level pings"),
             (

@@ -3,8 +3,9 @@ pre-auth budget of the server. Knows nothing of Starlette or protocols.
 
 Loopback counts like any address (tests and ``tether bench`` run from 127.0.0.1: the bench raises
 the limit for its own server). Behind a reverse proxy every socket has the proxy's address unless
-uvicorn trusts its X-Forwarded-For (``--forwarded-allow-ips``). IPv6 addresses count per /64: a
-host is usually given a whole /64, and could otherwise open a socket from each of its addresses.
+uvicorn trusts its X-Forwarded-For (``tether serve --forwarded-allow-ips``). IPv6 addresses count
+per /64: a host is usually given a whole /64, and could otherwise open a socket from each of its
+addresses.
 """
 
 from __future__ import annotations
