@@ -119,7 +119,7 @@ class Settings:
     ai_state_budget_mb: int = 256
     ai_max_tokens: int = 24
     # Completions stop after one word, from a prompt that ends before the typed space: what
-    # tether bench quality found acceptable 4x as often as 24 tokens (README, AI section).
+    # tether bench quality found acceptable 4x as often as 24 tokens (docs/ai.md).
     ai_stop: str = "word"
     ai_heal: str = "on"
     # Completions are held back until known not to be junk (empty, an echo, a loop, another

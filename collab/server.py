@@ -301,8 +301,8 @@ class NotStarted(RuntimeError):
 
 NOT_STARTED = (
     "tether is not started: a mounted app's lifespan does not run, so the host app must call"
-    " 'await server.start()' (or 'async with server:') in its own lifespan; see the README,"
-    " 'Embedding tether'"
+    " 'await server.start()' (or 'async with server:') in its own lifespan; see docs/embedding.md,"
+    " 'Mounting it in a host app'"
 )
 
 

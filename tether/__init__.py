@@ -1,6 +1,6 @@
 """tether: a collaborative-editing sync server (Yjs-compatible) with AI suggestions, as a
-Python API for host apps. The public surface is what this module exports; see the README,
-"Embedding tether".
+Python API for host apps. The public surface is what this module exports; see
+docs/embedding.md.
 
 The code lives in three packages, ``tether.collab`` (documents, rooms, the server),
 ``tether.ai`` and ``tether.protocol`` (sans-IO wire format and the Python client). Installed,

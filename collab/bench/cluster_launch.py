@@ -1,6 +1,6 @@
 """``tether cluster``: N tether nodes on one PostgreSQL and one Redis, behind a loopback balancer.
 
-For local trials and benchmarks, not production (see docs/cluster-compose.yml for that shape).
+For local trials and benchmarks, not production (see examples/deploy/compose.yml for that shape).
 Without ``--store``/``--bus`` it starts a throwaway PostgreSQL and redis-server of its own
 (``collab.bench.engines``). The balancer is a plain TCP relay that hands each new connection to
 the next node in turn, skipping nodes that refuse it: a WebSocket stays on the node it reached,

@@ -1,5 +1,5 @@
-"""``python -m ai.model.worker --fd N --config JSON``: the model worker process, started by the
-server.
+"""``python -m tether.ai.model.worker --fd N --config JSON``: the model worker process, started by
+the server.
 
 Its stderr is the server's to read: lines starting with ``contract.LOG_MARK`` are this
 process's own log records (the server logs them at their level), everything else is native
@@ -31,7 +31,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ai.model.worker")
+    parser = argparse.ArgumentParser(prog="python -m tether.ai.model.worker")
     parser.add_argument("--fd", type=int, required=True, help="the inherited channel socket")
     parser.add_argument("--config", default="{}", help="WorkerConfig as JSON")
     parser.add_argument("--log-level", default="info")
