@@ -34,10 +34,9 @@ from tether.protocol.update_split import split_update
 from ..hooks import Hooks
 from ..runtime.limits import refuse
 from ..runtime.metrics import Metrics
-from ..storage.compaction import CompactionPolicy, LogSize
+from ..storage.compaction import LogSize
 from ..storage.store import StorageError, Store
 from ..updates.guard import (
-    DEFAULT_MAX_NESTING_DEPTH,
     MissingDependencies,
     UpdateGuard,
     UpdateRefused,
@@ -47,9 +46,10 @@ from ..updates.guard import (
 from ..updates.pending import still_pending
 from ..updates.yrs_panics import is_rust_panic
 from .peer import Peer
-from .presence import Presence, PresenceLimits
+from .presence import Presence
 from .presence_check import safe_presence
 from .presence_claims import ClaimRegistry
+from .settings import RoomSettings
 
 log = logging.getLogger(__name__)
 
@@ -134,24 +134,21 @@ class Room:
         *,
         hooks: Hooks,
         metrics: Metrics,
-        compact_threshold: int,
-        compact_log_ratio: float = 1.0,
+        settings: RoomSettings,
         guard: UpdateGuard | None = None,
         log: LogSize | None = None,
-        presence_limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
-        max_message_bytes: int = 1024 * 1024,
         reload: Reload | None = None,
     ) -> None:
         self.name = name
-        self._max_message_bytes = max_message_bytes
+        self.settings = settings
         self.doc = doc
         self.peers: set[Peer] = set()
-        self.presence = Presence(name, metrics, presence_limits, claims)
+        self.presence = Presence(name, metrics, settings.presence, claims)
         self._store = store
         self._hooks = hooks
         self._metrics = metrics
-        self._compaction = CompactionPolicy(compact_threshold, compact_log_ratio)
+        self._compaction = settings.compaction
         # Sizes, and updates applied as pending (no fold while one still is). Few attributes:
         # past 28 each room's dict outgrew its shared keys (+1.1 KB per document).
         self._log = log or LogSize()
@@ -160,7 +157,7 @@ class Room:
         self._pending_appends: set[asyncio.Future[int]] = set()  # the updates among those
         self._compacting = False
         # The guard must have seen everything in ``doc`` (RoomManager loads through it).
-        self.guard = guard or UpdateGuard(DEFAULT_MAX_NESTING_DEPTH)
+        self.guard = guard or UpdateGuard(settings.max_nesting_depth)
         # (peer id, limit) already logged, so a hostile peer costs one log line per limit
         self._refusals_logged: set[tuple[int, str]] = set()
         # peers already asked to resend from our state vector since their last accepted update
@@ -603,7 +600,7 @@ class Room:
     def _broadcast_update(self, update: bytes, *, exclude: Peer | None) -> None:
         """An update larger than the outgoing message cap goes out as several valid updates
         (protocol.update_split), so no proxy with a message cap drops it."""
-        for piece in split_update(update, self._max_message_bytes):
+        for piece in split_update(update, self.settings.max_message_bytes):
             self._broadcast(SyncUpdate(piece).encode(), exclude=exclude, sync=True)
 
     def _broadcast(self, body: bytes, *, exclude: Peer | None, sync: bool) -> None:
