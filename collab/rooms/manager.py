@@ -24,7 +24,8 @@ from ..runtime.metrics import Metrics
 from ..storage.store import Store
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
 from .presence_claims import ClaimRegistry
-from .room import InvalidUpdate, Room, StoredDocument, apply_update
+from .reload import StoredDocument
+from .room import InvalidUpdate, Room, apply_update
 from .settings import RoomSettings
 
 log = logging.getLogger(__name__)
