@@ -36,8 +36,8 @@ from .http.web_extras import FAVICON_PATH, favicon, openapi
 from .http.webhooks import WebhookExtension
 from .rooms.direct import DirectConnection
 from .rooms.manager import RoomManager
-from .rooms.presence import PresenceLimits
 from .rooms.presence_claims import ClaimRegistry
+from .rooms.settings import RoomSettings
 from .runtime.limits import AiQuotaLog
 from .runtime.metrics import Metrics
 from .storage.store import Store
@@ -197,17 +197,7 @@ class TetherServer:
             backend,
             hooks=self.hooks,
             metrics=self.metrics,
-            unload_grace=settings.unload_grace,
-            compact_threshold=settings.compact_threshold,
-            compact_log_ratio=settings.compact_log_ratio,
-            max_nesting_depth=settings.max_nesting_depth,
-            max_message_bytes=settings.max_outgoing_message_bytes,
-            presence_limits=PresenceLimits(
-                ids_per_peer=settings.awareness_ids_per_peer,
-                entry_bytes=settings.awareness_entry_bytes,
-                peer_bytes=settings.awareness_peer_bytes,
-                document_bytes=settings.awareness_document_bytes,
-            ),
+            settings=RoomSettings.from_settings(settings),
             claims=ClaimRegistry(
                 settings.presence_claim_ttl,
                 settings.presence_claims,

@@ -59,7 +59,7 @@ def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[i
     except (InvalidUpdate, UpdateRefused) as exc:
         # yrs may have applied part of it before failing, and nothing of it was broadcast or
         # stored: rebuild the document from the store, as the socket path does.
-        room._start_reload()
+        room.rebuild()
         limit = exc.limit if isinstance(exc, UpdateRefused) else "apply_failed"
         raise ImportRefused(limit, f"update refused: {exc}") from exc
 

@@ -23,9 +23,10 @@ from ..runtime import gc_policy
 from ..runtime.metrics import Metrics
 from ..storage.store import Store
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
-from .presence import PresenceLimits
 from .presence_claims import ClaimRegistry
-from .room import InvalidUpdate, Room, StoredDocument, apply_update
+from .reload import StoredDocument
+from .room import InvalidUpdate, Room, apply_update
+from .settings import RoomSettings
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +43,15 @@ class RoomManager:
         *,
         hooks: Hooks,
         metrics: Metrics,
-        unload_grace: float,
-        compact_threshold: int,
-        compact_log_ratio: float = 1.0,
-        max_nesting_depth: int = 128,
-        presence_limits: PresenceLimits | None = None,
+        settings: RoomSettings,
         claims: ClaimRegistry | None = None,
-        max_message_bytes: int = 1024 * 1024,
     ) -> None:
         self._store = store
-        self._max_message_bytes = max_message_bytes
-        self._presence_limits = presence_limits
+        self._settings = settings
         # One registry for all documents: a binding must outlive its document's unload.
         self._claims = claims or ClaimRegistry(3600.0, 65536, 256)
         self._hooks = hooks
         self._metrics = metrics
-        self._unload_grace = unload_grace
-        self._compact_threshold = compact_threshold
-        self._compact_log_ratio = compact_log_ratio
-        self._max_nesting_depth = max_nesting_depth
         self._rooms: dict[str, Room] = {}
         self._loading: dict[str, asyncio.Future[Room]] = {}
         self._unloading: dict[str, asyncio.Task[None]] = {}
@@ -193,7 +184,7 @@ class RoomManager:
         return await asyncio.to_thread(self._build, name, updates)
 
     def _build(self, name: str, updates: list[bytes]) -> StoredDocument:
-        stored = StoredDocument(Doc(), UpdateGuard(self._max_nesting_depth))
+        stored = StoredDocument(Doc(), UpdateGuard(self._settings.max_nesting_depth))
         for update in updates:
             if not _load_stored(name, stored.doc, stored.guard, update):
                 stored.log.pending.append(update)
@@ -220,13 +211,10 @@ class RoomManager:
             self._store,
             hooks=self._hooks,
             metrics=self._metrics,
-            compact_threshold=self._compact_threshold,
-            compact_log_ratio=self._compact_log_ratio,
+            settings=self._settings,
             guard=stored.guard,
             log=stored.log,
-            presence_limits=self._presence_limits,
             claims=self._claims,
-            max_message_bytes=self._max_message_bytes,
             reload=lambda: self._read(name),
         )
         room.on_empty = self._schedule_unload
@@ -242,7 +230,7 @@ class RoomManager:
         self._cancel_unload_timer(room.name)
         loop = asyncio.get_running_loop()
         self._unload_timers[room.name] = loop.call_later(
-            self._unload_grace, self._start_unload, room
+            self._settings.unload_grace, self._start_unload, room
         )
 
     def _cancel_unload_timer(self, name: str) -> None:

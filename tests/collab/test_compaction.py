@@ -12,7 +12,7 @@ from tether.collab.runtime.metrics import Metrics
 from tether.collab.storage.compaction import CompactionPolicy, LogSize
 from tether.collab.storage.store import MemoryStore
 from tether.protocol.sync import SyncUpdate
-from tether.tests.collab.test_room import Capture, edit, make_peer
+from tether.tests.collab.test_room import Capture, edit, make_peer, room_settings
 
 pytestmark = pytest.mark.anyio
 
@@ -55,9 +55,7 @@ async def test_typing_into_a_big_stored_document_does_not_rewrite_it_until_the_l
         big = "x" * 200_000
         await store.append("doc", edit(big, author))
         await store.compact("doc", author.get_update())  # a 200 KB snapshot
-        manager = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=5
-        )
+        manager = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(5))
         room = await manager.acquire("doc")
         peer = make_peer(Capture())
         room.attach(peer)
@@ -89,9 +87,7 @@ async def test_an_update_stored_without_its_dependency_is_never_folded_away() ->
     first, second = dependent_pair()
     async with MemoryStore() as store:
         await store.append("doc", second)  # stored before the guard refused such updates
-        manager = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=2
-        )
+        manager = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(2))
         room = await manager.acquire("doc")
         peer = make_peer(Capture())
         room.attach(peer)
@@ -107,9 +103,7 @@ async def test_an_update_stored_without_its_dependency_is_never_folded_away() ->
         assert "hello world" in text and "abcdef" in text and len(text) == 17
 
         # Once its dependency arrives, the document holds it, and the next fold keeps it.
-        manager = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=2
-        )
+        manager = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(2))
         room = await manager.acquire("doc")
         peer = make_peer(Capture())
         room.attach(peer)
@@ -128,9 +122,7 @@ async def test_an_update_stored_without_its_dependency_is_never_folded_away() ->
 async def test_another_nodes_update_applied_as_pending_is_never_folded_away() -> None:
     _, second = dependent_pair()
     async with MemoryStore() as store:
-        manager = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=2
-        )
+        manager = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(2))
         room = await manager.acquire("doc")
         await store.append("doc", second)  # committed by another node (collab.cluster.node)
         assert room.apply_remote(second, "remote", in_order=True)
@@ -156,9 +148,7 @@ async def test_a_big_stored_document_loads_whole_with_its_log_counted_and_its_pe
         await store.compact("doc", author.get_update())
         await store.append("doc", edit("y", author))
         await store.append("doc", second)
-        manager = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=2
-        )
+        manager = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(2))
         room = await manager.acquire("doc")
         assert str(room.doc.get("content", type=Text)) == "x" * 100_000 + "y"
         assert room.log_size.entries == 2 and room.log_size.snapshot_bytes > 100_000

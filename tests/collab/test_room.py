@@ -12,7 +12,9 @@ from tether.collab.hooks import Hooks
 from tether.collab.rooms.manager import RoomManager
 from tether.collab.rooms.peer import Peer
 from tether.collab.rooms.room import InvalidUpdate, Room
+from tether.collab.rooms.settings import RoomSettings
 from tether.collab.runtime.metrics import Metrics
+from tether.collab.storage.compaction import CompactionPolicy
 from tether.collab.storage.store import MemoryStore
 from tether.collab.transport.outbox import Outbox, SendBytes
 from tether.protocol.lib0 import Decoder
@@ -74,8 +76,15 @@ def edit(text: str, client: Doc | None = None) -> bytes:
     return doc.get_update(before)
 
 
+def room_settings(threshold: int, grace: float = 60.0) -> RoomSettings:
+    """Rooms that fold every ``threshold`` appends and unload ``grace`` s after emptying."""
+    return RoomSettings(unload_grace=grace, compaction=CompactionPolicy(threshold))
+
+
 async def make_room(store: MemoryStore, threshold: int = 1000) -> Room:
-    return Room("doc", Doc(), store, hooks=Hooks(), metrics=Metrics(), compact_threshold=threshold)
+    return Room(
+        "doc", Doc(), store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(threshold)
+    )
 
 
 async def test_attach_sends_our_state_vector_then_known_presence() -> None:
@@ -240,9 +249,7 @@ async def test_compaction_folds_the_log_once_it_passes_the_threshold_and_keeps_c
 
 async def test_two_openers_of_a_new_document_at_the_same_instant_get_the_same_room() -> None:
     async with MemoryStore() as store:
-        manager = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=100
-        )
+        manager = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(100))
         first, second = await asyncio.gather(manager.acquire("new"), manager.acquire("new"))
         assert first is second
         await manager.close()
@@ -265,8 +272,7 @@ async def test_a_room_is_unloaded_after_the_grace_period_and_reloads_with_its_co
             store,
             hooks=Hooks([watcher]),
             metrics=Metrics(),
-            unload_grace=0.01,
-            compact_threshold=100,
+            settings=room_settings(100, grace=0.01),
         )
         room = await manager.acquire("doc")
         cap = Capture()
@@ -284,9 +290,7 @@ async def test_a_room_is_unloaded_after_the_grace_period_and_reloads_with_its_co
 
 async def test_reopening_during_the_grace_period_keeps_the_same_room() -> None:
     async with MemoryStore() as store:
-        manager = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60, compact_threshold=100
-        )
+        manager = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(100))
         room = await manager.acquire("doc")
         peer = make_peer(Capture())
         room.attach(peer)
@@ -313,9 +317,7 @@ async def test_an_update_that_fails_part_way_through_yrs_leaves_no_trace(
     fail part-way, so it is switched off here, in this process only): the room rebuilds its doc
     from storage, turns updates away meanwhile and asks their senders to resend after."""
     async with MemoryStore() as store:
-        rooms = RoomManager(
-            store, hooks=Hooks(), metrics=Metrics(), unload_grace=60.0, compact_threshold=2
-        )
+        rooms = RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(2))
         room = await rooms.acquire("doc")
         a, b = Capture(), Capture()
         pa, pb = make_peer(a), make_peer(b)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pycrdt import Text
 
-from tests.collab.test_room import ListOutbox
+from tests.collab.test_room import ListOutbox, room_settings
 from tether.collab.auth.tokens import Authenticator, AuthError, make_token
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.peer import Peer
@@ -96,7 +96,7 @@ def text_of(session: ClientSession, name: str) -> str:
 async def room_for(store: MemoryStore, name: str) -> Room:
     from pycrdt import Doc
 
-    return Room(name, Doc(), store, hooks=Hooks(), metrics=Metrics(), compact_threshold=1000)
+    return Room(name, Doc(), store, hooks=Hooks(), metrics=Metrics(), settings=room_settings(1000))
 
 
 async def test_two_client_sessions_converge_through_a_room_and_every_edit_is_acked() -> None:
