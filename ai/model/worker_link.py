@@ -42,7 +42,7 @@ from tether.protocol.worker import (
     encode_frame,
 )
 
-from ..errors import ModelUnavailable, ProviderError
+from ..errors import BadRequest, ModelUnavailable, ProviderError
 from .providers.base import GenerationRequest
 from .worker.contract import LOG_MARK, OUT_OF_MEMORY_EXIT
 
@@ -132,20 +132,27 @@ class WorkerLink:
         if not self.alive:
             raise ModelUnavailable(self.exit_reason or "the model worker is not running")
         stream = GenerationStream(next(self._ids))
+        try:
+            frame = encode_frame(
+                GENERATE,
+                id=stream.id,
+                prompt=request.prompt,
+                session=request.session,
+                max_tokens=request.max_tokens,
+                stop=list(request.stop),
+                cold=request.cold,
+                temperature=request.temperature,
+                repeat_penalty=request.repeat_penalty,
+                seed=request.seed,
+                background=request.background,
+            )
+        except ValueError as exc:
+            # Refused before anything is registered: no orphaned stream for the stall
+            # watchdog to take for a hung worker, and this request alone fails.
+            raise BadRequest(f"the prompt is too large for the model worker: {exc}") from exc
+        assert self._writer is not None
         self._generations[stream.id] = stream
-        self._send(
-            GENERATE,
-            id=stream.id,
-            prompt=request.prompt,
-            session=request.session,
-            max_tokens=request.max_tokens,
-            stop=list(request.stop),
-            cold=request.cold,
-            temperature=request.temperature,
-            repeat_penalty=request.repeat_penalty,
-            seed=request.seed,
-            background=request.background,
-        )
+        self._writer.write(frame)
         return stream
 
     def cancel(self, stream: GenerationStream) -> None:

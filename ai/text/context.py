@@ -14,11 +14,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import BadRequest
 from .junk import BEFORE_CHARS
 from .regions import Region, RegionIndex
 
 PROMPT_VERSION = "2"
 HOT_SECONDS = 30.0
+# A token is about four characters of prose: no part of a prompt (the cursor's paragraph, a
+# paragraph of context, a passage to rewrite) is longer than this many characters per token of
+# the budget. Cut by characters before anything is tokenized or framed: a 1 MB paragraph cost
+# the model 7.8 s of tokenizing per suggest, and a bigger one broke the worker channel's frame.
+CHARS_PER_TOKEN = 4
 
 SYSTEM_COMPLETE = (
     "You are a writing assistant inside a collaborative editor. Continue the document exactly"
@@ -111,6 +117,7 @@ class ContextBuilder:
     ) -> None:
         self.count_tokens = count_tokens
         self.budget_tokens = budget_tokens
+        self.max_chars = CHARS_PER_TOKEN * budget_tokens
         self.memo_ttl = memo_ttl
         # How stale a request may find the context when no prefetch has refreshed it.
         self.memo_max_age = 3 * memo_ttl if memo_max_age is None else memo_max_age
@@ -148,7 +155,8 @@ class ContextBuilder:
                 COMPLETE_PREFIX, "complete", "", STOP_COMPLETE, self.prefix_tokens, before
             )
         here = regions.region_at(max(cursor - 1, 0))
-        window = text[parts[here].start : cursor]  # the cursor's paragraph: always fresh, last
+        # The cursor's paragraph: always fresh, last; its end only, for a very long one.
+        window = text[max(parts[here].start, cursor - self.max_chars) : cursor]
         now = time.monotonic()
         limit = self.memo_ttl if refresh else self.memo_max_age
         if memo is not None and memo.usable(here, len(parts), now, limit):
@@ -159,7 +167,7 @@ class ContextBuilder:
             previous = memo.order if memo is not None else ()
             fill = self.fill if memo is not None else 1.0
             order, used = self._context(parts, here, now, previous, fill)
-            context = "".join(parts[i].text for i in order)
+            context = "".join(self._clip(parts[i].text) for i in order)
             if memo is not None:
                 keys = tuple(parts[i].key for i in order)
                 memo.remember(context, used, here, len(parts), now, keys)
@@ -182,7 +190,7 @@ class ContextBuilder:
         used = memo.tokens + finished.tokens
         if used + parts[here].tokens > self.budget_tokens:
             return False
-        memo.context += finished.text
+        memo.context += self._clip(finished.text)
         memo.tokens, memo.here, memo.count = used, here, len(parts)
         memo.order += (finished.key,)
         return True
@@ -228,7 +236,17 @@ class ContextBuilder:
             used += parts[0].tokens
         return sorted(chosen), used
 
+    def _clip(self, paragraph: str) -> str:
+        """A context paragraph's opening, for one longer than a prompt may be (the opening
+        paragraph is always chosen, whatever its length)."""
+        return paragraph if len(paragraph) <= self.max_chars else paragraph[: self.max_chars]
+
     def rewrite(self, text: str, start: int, end: int) -> BuiltPrompt:
+        if end - start > self.max_chars:
+            raise BadRequest(
+                f"the selection is too long to rewrite ({end - start} characters; at most"
+                f" {self.max_chars})"
+            )
         passage = text[start:end]
         prompt = _chat(SYSTEM_REWRITE, passage)
         return BuiltPrompt(prompt, "rewrite", passage, STOP_REWRITE, self.count_tokens(prompt))

@@ -62,6 +62,20 @@ def test_typing_at_the_end_keeps_the_prompt_prefix() -> None:
     assert second.text.startswith(first.text)
 
 
+def test_no_part_of_a_prompt_is_longer_than_the_budget_in_characters() -> None:
+    """Issue 26, finding 15: the whole cursor paragraph went into the prompt uncut (a 1 MB one
+    cost 7.8 s of tokenizing in the worker), and the opening paragraph is always chosen."""
+    builder = ContextBuilder(count, budget_tokens=100)
+    opening, cursor_paragraph = "T" * 50_000, "w" * 60_000 + " the end"
+    text = opening + "\n\n" + cursor_paragraph
+    prompt = builder.complete(RegionIndex(count), text, len(text))
+    assert len(prompt.text) <= len(COMPLETE_PREFIX) + 2 * builder.max_chars
+    assert prompt.text.endswith("w the end") and "TTTT" in prompt.text
+    with pytest.raises(BadRequest, match="too long to rewrite"):
+        builder.rewrite(text, 0, builder.max_chars + 1)
+    assert builder.rewrite(text, 0, builder.max_chars).window == "T" * builder.max_chars
+
+
 def test_a_paragraph_edited_by_someone_else_moves_after_the_stable_ones() -> None:
     builder = ContextBuilder(count)
     regions = RegionIndex(count)
