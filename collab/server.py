@@ -21,7 +21,7 @@ from tether.protocol.session import QueueBudget
 from .auth.tokens import Authenticator, Grant
 from .cluster.node import Cluster, build_store
 from .config import Settings
-from .connection.admission import Admission
+from .connection.admission import Admission, client_address
 from .connection.close_codes import TRY_AGAIN_LATER
 from .connection.context import ServerContext, valid_document_name
 from .connection.sockets import SocketEndpoints
@@ -39,6 +39,7 @@ from .rooms.manager import RoomManager
 from .rooms.presence_claims import ClaimRegistry
 from .rooms.settings import RoomSettings
 from .runtime.limits import AiQuotaLog
+from .runtime.loop_watch import LoopWatch, note
 from .runtime.metrics import Metrics
 from .storage.store import Store
 from .transport.asgi_socket import AsgiWebSocket
@@ -124,6 +125,7 @@ class TetherServer:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
+            await stack.enter_async_context(LoopWatch(self.metrics.loop_lag))
             backend = await stack.enter_async_context(
                 self._given_store or build_store(settings, self.metrics)
             )
@@ -256,6 +258,7 @@ class TetherServer:
         if scope["type"] == "websocket":
             await self.sockets(scope, receive, send)
             return
+        note(f"HTTP {scope.get('method', '')} {scope['path'][:80]}", "", client_address(scope))
         refusal = self.admission.http_refusal(scope)
         if refusal is not None:
             await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)

@@ -50,6 +50,7 @@ from ..rooms.manager import DocumentQuarantined
 from ..rooms.peer import Peer
 from ..rooms.room import Room
 from ..runtime.limits import refuse
+from ..runtime.loop_watch import note
 from ..runtime.metrics import label_value
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
@@ -225,6 +226,7 @@ class MuxConnection:
             return
         if isinstance(event, Incoming):  # a Stateless message: the AI's hook
             room, peer = self._attached[event.channel]
+            note("Stateless", room.name, peer)
             # type: ignore[union-attr]
             await self._ctx.hooks.on_stateless(room, peer, event.message.payload)
             return
@@ -254,6 +256,7 @@ class MuxConnection:
             return
         room, peer = attached
         message = event.message
+        note(type(message).__name__, room.name, peer)
         if isinstance(message, Sync):
             room.handle_sync(peer, message.message)
         elif isinstance(message, Awareness):

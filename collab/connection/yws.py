@@ -26,6 +26,7 @@ from ..rooms.initial_sync import InitialSync
 from ..rooms.peer import Peer
 from ..rooms.room import Room
 from ..runtime.limits import refuse
+from ..runtime.loop_watch import note
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
@@ -107,6 +108,7 @@ class YwsConnection:
                 self._refuse_upload(peer, len(data), limit)
                 continue
             message = decode_yws_frame(data, max_frame_bytes=limit)
+            note(type(message).__name__, room.name, peer)
             if isinstance(message, YSync):
                 room.handle_sync(peer, message.message)
             elif isinstance(message, YAwareness):

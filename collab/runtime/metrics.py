@@ -40,6 +40,7 @@ def label_value(text: str) -> str:
     return _NOT_IN_LABEL.sub("_", text.lower()).strip("_")[:64] or "other"
 
 
+_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _ACK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -113,7 +114,14 @@ class Metrics:
         self.ack_seconds = LoopHistogram(
             "tether_ack_seconds", "Receipt of an update to its durable SyncStatus ack", _ACK_BUCKETS
         )
-        r.register(_LoopMetrics([self.updates, self.fanout_frames, self.ack_seconds]))
+        self.loop_lag = LoopHistogram(
+            "tether_event_loop_lag_seconds",
+            "How late the event loop ran a turn due every 50 ms (one input held it that long)",
+            _LAG_BUCKETS,
+        )
+        r.register(
+            _LoopMetrics([self.updates, self.fanout_frames, self.ack_seconds, self.loop_lag])
+        )
         self.initial_sync_pieces = Counter(
             "tether_initial_sync_pieces_total",
             "Messages of chunked initial syncs (documents too big for one message)",
