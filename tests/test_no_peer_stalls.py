@@ -92,3 +92,17 @@ async def test_numbers_are_read_strictly_400_with_a_reason_never_500(
         assert sent.status_code == 400 and "Tether-Ack" in sent.json()["error"]
         events = await http.get("/http/events", headers={**headers, "Last-Event-ID": b"\xb2"})
         assert events.status_code == 400 and "Last-Event-ID" in events.json()["error"]
+
+
+async def test_health_shows_states_to_anyone_and_details_to_the_operator(tmp_path) -> None:
+    """Operators' finding: /health showed the model's path and the worker's pid to anyone."""
+    metrics_token = "m" * 32
+    with ServerProcess(tmp_path, metrics_token=metrics_token, ai_provider="scripted") as srv:
+        async with httpx.AsyncClient(base_url=srv.http_url) as http:
+            public = (await http.get("/health")).json()
+            bearer = {"Authorization": f"Bearer {metrics_token}"}
+            operator = (await http.get("/health", headers=bearer)).json()
+    assert set(public["ai"]) <= {"state", "reason"} and "node" not in public
+    assert set(public["database"]) <= {"state", "backend"}
+    assert "model" in operator["ai"] and "junk_filter" in operator["ai"]
+    assert operator["database"]["backend"] == "sqlite"

@@ -74,7 +74,8 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "required": ["status", "version", "documents_loaded", "ai"],
         "properties": {
-            "status": {"const": "ok"},
+            # degraded: the database is unreachable (edits wait) or AI is (sync serves)
+            "status": {"enum": ["ok", "degraded"]},
             "version": {"type": "string"},
             "documents_loaded": {"type": "integer", "minimum": 0},
             "ai": {"type": "object", "required": ["state"]},
@@ -187,7 +188,8 @@ _IMPORT: dict[str, Any] = {
 PATHS: dict[str, Any] = {
     "/health": {
         "get": {
-            "summary": "Liveness, version, loaded documents and the AI's state",
+            "summary": "Liveness, version, loaded documents and the AI's state (details such as"
+            " the model file and the worker's pid for loopback or the metrics token only)",
             "security": [],
             "responses": {"200": _json("Health", "the server is up")},
         }

@@ -39,6 +39,9 @@ class StatusEndpoints:
         return [Route("/health", self.health), Route("/metrics", self.metrics)]
 
     async def health(self, request: Request) -> Response:
+        """Everyone sees the states; the operator (loopback, or the metrics token, as for
+        /metrics) also sees the details: the model file, the worker's pid, queue and error
+        texts, which tell an outsider about the machine."""
         ctx = self._context()
         engine = self._engine()
         if engine is not None and engine.status is not None:
@@ -56,6 +59,10 @@ class StatusEndpoints:
             body.update(await cluster.health())  # node, database, bus
             if body["database"]["state"] != "ok":
                 body["status"] = "degraded"  # edits wait, unacked, until the database returns
+        if ai["state"] == "degraded":
+            body["status"] = "degraded"  # sync serves; suggestions do not
+        if _metrics_refusal(request, self._metrics_token) is not None:
+            body = _public(body)
         return JSONResponse(body)
 
     async def metrics(self, request: Request) -> Response:
@@ -65,6 +72,21 @@ class StatusEndpoints:
             status, reason = refusal
             return JSONResponse({"error": reason}, status_code=status)
         return Response(self._metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+_PUBLIC_AI = ("state", "reason")
+_PUBLIC_PART = ("state", "backend")
+
+
+def _public(body: dict[str, Any]) -> dict[str, Any]:
+    """/health as anyone may read it: states only."""
+    public = dict(body)
+    public["ai"] = {k: v for k, v in body["ai"].items() if k in _PUBLIC_AI}
+    for part in ("database", "bus"):
+        if isinstance(body.get(part), dict):
+            public[part] = {k: v for k, v in body[part].items() if k in _PUBLIC_PART}
+    public.pop("node", None)
+    return public
 
 
 def _metrics_refusal(request: Request, token: str) -> tuple[int, str] | None:

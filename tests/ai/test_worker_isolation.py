@@ -194,6 +194,7 @@ async def test_a_worker_that_fails_its_self_test_leaves_sync_up_and_ai_degraded(
         ai = server.wait_ai()
         assert ai["state"] == "degraded", ai
         assert "SIGSEGV" in ai["reason"] and "self-test" in ai["reason"], ai["reason"]
+        assert server.health()["status"] == "degraded"  # issue 26: it said "ok"
         assert server.proc is not None and server.proc.poll() is None
         async with two_editors(server, "selftest") as (_, _, a, b):
             a.append("sync works without AI")
