@@ -39,6 +39,7 @@ from .rooms.manager import RoomManager
 from .rooms.presence_claims import ClaimRegistry
 from .rooms.settings import RoomSettings
 from .runtime.limits import AiQuotaLog
+from .runtime.log_redaction import install as redact_tokens_in_logs
 from .runtime.loop_watch import LoopWatch, note
 from .runtime.metrics import Metrics
 from .storage.store import Store
@@ -122,6 +123,9 @@ class TetherServer:
                 "can read and edit every document"
             )
         settings.data_dir.mkdir(parents=True, exist_ok=True)
+        # Whatever ASGI server runs us has configured its logging by now: tokens in request
+        # paths (an access log's /yjs/doc?token=...) are blanked in its handlers too.
+        redact_tokens_in_logs()
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:

@@ -61,7 +61,17 @@ class RedactTokens(logging.Filter):
         return True
 
 
-_LOGGERS = ("", "uvicorn", "uvicorn.error", "uvicorn.access", "tether")
+_LOGGERS = (
+    "",
+    "uvicorn",
+    "uvicorn.error",
+    "uvicorn.access",
+    "hypercorn.error",
+    "hypercorn.access",
+    "gunicorn.error",
+    "gunicorn.access",
+    "tether",
+)
 
 
 def install() -> None:
