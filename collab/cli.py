@@ -212,7 +212,16 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .server import create_app
+    from .transport.http_guard import HeaderLimits, guarded_http_protocol
     from .transport.raw_frames import RawFramesProtocol
+
+    _raise_file_limit()
+    header_limits = HeaderLimits(
+        settings.header_timeout,
+        settings.max_connections_per_address,
+        settings.max_pending_connections,
+    )
+    http_protocol = guarded_http_protocol(header_limits)
 
     config = uvicorn.Config(
         create_app(settings),
@@ -239,6 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
         # (collab.transport.raw_frames): one write per peer per loop turn, no per-frame ASGI
         # message.
         ws=RawFramesProtocol,
+        http=http_protocol or "auto",
     )
     # After uvicorn.Config, which configures uvicorn's loggers and handlers: tokens in request
     # paths (the access log, WebSocket upgrade lines) never reach the log.
@@ -252,6 +262,23 @@ def _serve(args: argparse.Namespace) -> int:
     )
     server.run()
     return 0 if server.started else 1
+
+
+def _raise_file_limit() -> None:
+    """Every socket is a file descriptor, and a soft limit of 1024 (many systems' default)
+    caps the editors one server can hold far below what it serves: raise it to the hard one."""
+    try:
+        import resource
+    except ImportError:  # not on this platform
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        logging.getLogger("tether").warning("could not raise the open-file limit from %d", soft)
 
 
 def _check_data_dir(data_dir: Path) -> None:

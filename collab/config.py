@@ -64,6 +64,12 @@ class Settings:
     # limits, logs and hooks see is then the one the proxy names. "": uvicorn's default (its
     # FORWARDED_ALLOW_IPS variable, else 127.0.0.1,::1).
     forwarded_allow_ips: str = ""
+    # A request's headers must arrive within this many seconds of its first byte, and the
+    # connections still waiting to send their first request's headers are bounded: per client
+    # by max_connections_per_address, in all by this (0: no bound). Slow-header clients
+    # otherwise held every file descriptor (tether serve only: a host's server has its own).
+    header_timeout: float = 10.0
+    max_pending_connections: int = 1024
     # The part after NUL in a sessionAwareness channel ("doc\0<uuid>"); it prefixes every frame.
     max_session_id_bytes: int = 128
     auth_timeout: float = 10.0
@@ -207,6 +213,8 @@ class Settings:
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535; not {self.port}")
+        if self.header_timeout <= 0 or self.max_pending_connections < 0:
+            raise ValueError("header_timeout must be > 0 and max_pending_connections >= 0")
         for name, allowed in CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:

@@ -66,6 +66,16 @@ GROUPS: tuple[Group, ...] = (
                 "open sockets per client address, loopback too; IPv6 per /64 (0: no limit)",
             ),
             (
+                "header_timeout",
+                "SECONDS",
+                "a request's headers must be complete this long after its first byte",
+            ),
+            (
+                "max_pending_connections",
+                "N",
+                "connections that have not sent their headers yet, in all (0: no limit)",
+            ),
+            (
                 "forwarded_allow_ips",
                 "IPS",
                 "reverse proxies whose X-Forwarded-For/-Proto are trusted (IPs or CIDRs, comma-"

@@ -40,7 +40,7 @@ from .rooms.presence_claims import ClaimRegistry
 from .rooms.settings import RoomSettings
 from .runtime.limits import AiQuotaLog
 from .runtime.log_redaction import install as redact_tokens_in_logs
-from .runtime.loop_watch import LoopWatch, note
+from .runtime.loop_watch import LoopWatch, done, note
 from .runtime.metrics import Metrics
 from .storage.store import Store
 from .transport.asgi_socket import AsgiWebSocket
@@ -263,11 +263,14 @@ class TetherServer:
             await self.sockets(scope, receive, send)
             return
         note(f"HTTP {scope.get('method', '')} {scope['path'][:80]}", "", client_address(scope))
-        refusal = self.admission.http_refusal(scope)
-        if refusal is not None:
-            await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
-            return
-        await self.http_app(scope, receive, send)
+        try:
+            refusal = self.admission.http_refusal(scope)
+            if refusal is not None:
+                await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
+                return
+            await self.http_app(scope, receive, send)
+        finally:
+            done()
 
     async def _refuse_not_started(self, scope: Scope, receive: Receive, send: Send) -> None:
         if not self._said_not_started:

@@ -106,3 +106,40 @@ async def test_health_shows_states_to_anyone_and_details_to_the_operator(tmp_pat
     assert set(public["database"]) <= {"state", "backend"}
     assert "model" in operator["ai"] and "junk_filter" in operator["ai"]
     assert operator["database"]["backend"] == "sqlite"
+
+
+async def _half_sent_request(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection from another loopback address that never finishes its headers."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+    writer.write(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+    await writer.drain()
+    return reader, writer
+
+
+async def _closed_by_server(reader: asyncio.StreamReader, timeout: float) -> bool:
+    try:
+        return await asyncio.wait_for(reader.read(1), timeout) == b""
+    except ConnectionError:
+        return True  # closed with our unread bytes in its buffer: a reset
+    except TimeoutError:
+        return False
+
+
+async def test_slow_headers_are_cut_off_and_bounded_per_client(tmp_path) -> None:
+    """Finding 7: no request-header timeout and no cap on connections that never upgrade:
+    1,100 half-sent requests from one address used up the file limit and /health failed."""
+    with ServerProcess(tmp_path, header_timeout=1.0, max_connections_per_address=20) as srv:
+        slow = [await _half_sent_request(srv.port) for _ in range(60)]
+        try:
+            refused = await asyncio.gather(*(_closed_by_server(r, 0.5) for r, _ in slow))
+            assert sum(refused) >= 40  # past the 20 a client may have waiting
+            async with httpx.AsyncClient(base_url=srv.http_url) as http:
+                assert (await http.get("/health")).status_code == 200  # another client
+            cut = await asyncio.gather(*(_closed_by_server(r, 5.0) for r, _ in slow))
+            assert all(cut)  # the header timeout closed the ones let in
+            again = await _half_sent_request(srv.port)
+            assert not await _closed_by_server(again[0], 0.3)  # counted down: room again
+            again[1].close()
+        finally:
+            for _, writer in slow:
+                writer.close()

@@ -50,7 +50,7 @@ from ..rooms.manager import DocumentQuarantined
 from ..rooms.peer import Peer
 from ..rooms.room import Room
 from ..runtime.limits import refuse
-from ..runtime.loop_watch import note
+from ..runtime.loop_watch import done, note
 from ..runtime.metrics import label_value
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
@@ -229,6 +229,7 @@ class MuxConnection:
             note("Stateless", room.name, peer)
             # type: ignore[union-attr]
             await self._ctx.hooks.on_stateless(room, peer, event.message.payload)
+            done()
             return
         self._deadlines_moved = True
         if isinstance(event, AuthRequested):
@@ -263,6 +264,7 @@ class MuxConnection:
             room.handle_awareness(peer, message.update)
         elif isinstance(message, QueryAwareness):
             room.send_presence(peer)
+        done()
 
     async def _authenticate(self, event: AuthRequested) -> list[SessionEvent]:
         auth = self._ctx.authenticator

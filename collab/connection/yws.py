@@ -26,7 +26,7 @@ from ..rooms.initial_sync import InitialSync
 from ..rooms.peer import Peer
 from ..rooms.room import Room
 from ..runtime.limits import refuse
-from ..runtime.loop_watch import note
+from ..runtime.loop_watch import done, note
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
@@ -117,6 +117,7 @@ class YwsConnection:
                 room.send_presence(peer)
             elif isinstance(message, YPermissionDenied):
                 pass  # meaningless from a client; ignore rather than punish
+            done()
             message = data = None  # type: ignore[assignment]  # not held while idle
             if self._end.ended:
                 return  # decided while handling this frame (its own outbox overflowed)

@@ -27,6 +27,11 @@ def note(operation: str, document: str, who: object) -> None:
     _last[0] = (operation, document, who)
 
 
+def done() -> None:
+    """That input is handled: a stall from now on is not its doing."""
+    _last[0] = None
+
+
 class LoopWatch:
     """``async with LoopWatch(histogram):`` beats every ``interval`` seconds while open."""
 
@@ -70,8 +75,11 @@ class LoopWatch:
         self._beat_at = now
         if late > self._threshold:
             self.stalls += 1
-            culprit, self._culprit = self._culprit or _last[0], None
-            log.warning("the event loop was held %.2f s %s", late, describe(culprit))
+            culprit, self._culprit = self._culprit, None
+            # An input that held the loop is news; the server's own work (start-up's full
+            # collection, a big document's fold) is there for whoever asks.
+            level = logging.WARNING if culprit is not None else logging.INFO
+            log.log(level, "the event loop was held %.2f s %s", late, describe(culprit))
         self._schedule()
 
     def _watch(self) -> None:
