@@ -26,6 +26,7 @@ import httpx
 from .http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
+    MAX_BATCH_FRAMES,
     RESUME_HEADER,
     SESSION_HEADER,
     CloseEvent,
@@ -224,7 +225,10 @@ class HttpLink:
                 ack_due = self._last_seq > self._acked and not self.polling
                 if not self._pending and not ack_due:
                     continue
-                frames, self._pending = self._pending, []
+                frames = self._pending[:MAX_BATCH_FRAMES]
+                del self._pending[:MAX_BATCH_FRAMES]
+                if self._pending:
+                    self._wake.set()  # the rest in the next POST, at once
                 acked, unacked = self._last_seq, self._unacked_bytes
                 headers = self._headers(**{ACK_HEADER: str(acked), "Content-Type": BATCH_TYPE})
                 reply = await self._client.post(

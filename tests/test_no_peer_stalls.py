@@ -5,6 +5,7 @@ be acknowledged as stored while the attacker is refused with a clear reason."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -143,3 +144,35 @@ async def test_slow_headers_are_cut_off_and_bounded_per_client(tmp_path) -> None
         finally:
             for _, writer in slow:
                 writer.close()
+
+
+async def test_a_fallback_batch_of_millions_of_tiny_frames_is_refused_in_slices(
+    server: ServerProcess,
+) -> None:
+    """Finding 5: one 16 MB POST /http/send of 8 M one-byte frames (a readonly token) was
+    decoded at once and drained without yielding: the loop stalled 14 s, +140 MB."""
+    readonly = server.token(scope="readonly")
+    async with httpx.AsyncClient(base_url=server.http_url, timeout=60) as http:
+        made = await http.post("/http/session", headers={"Authorization": f"Bearer {readonly}"})
+        headers = {
+            "Tether-Session": made.json()["session"],
+            "Content-Type": "application/octet-stream",
+        }
+        flood = b"\x01\x09" * (8 * 1024 * 1024)  # 8 M Ping frames, 16 MiB
+        stalls_before = _stalls(await http.get("/metrics"))
+        async with await MuxPeer.connect(server.ws_url) as bystander:
+            doc = await bystander.open("bystander-flood", server.token())
+            posted = asyncio.ensure_future(http.post("/http/send", content=flood, headers=headers))
+            await type_steadily(doc, 60)
+            reply = await posted
+        assert reply.status_code == 410 and "frames in one batch" in reply.json()["reason"]
+        assert len(doc.statuses) >= 60 and all(doc.statuses)
+        assert _stalls(await http.get("/metrics")) == stalls_before  # no turn over 250 ms
+
+
+def _stalls(metrics: httpx.Response) -> float:
+    """Loop turns late by more than 250 ms so far (tether_event_loop_lag_seconds)."""
+    buckets = dict(
+        re.findall(r'tether_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)', metrics.text)
+    )
+    return float(buckets["+Inf"]) - float(buckets["0.25"])

@@ -11,6 +11,7 @@ const OPEN = 1;
 const CLOSING = 2;
 const CLOSED = 3;
 
+const MAX_BATCH_FRAMES = 4096; // protocol/http_wire.py: the server refuses a POST of more
 const SHORT_LIVED_MS = 10000; // a socket dying this soon after opening counts against WebSocket
 const DEATHS_BEFORE_FALLBACK = 2;
 const FIRST_BYTE_MS = 3000; // no first byte on the stream this soon: long polls instead
@@ -211,8 +212,8 @@ class HttpSession {
     this.posting = true;
     try {
       while (!this.over && (this.pending.length || (this.lastSeq > this.acked && !this.polling))) {
-        const frames = this.pending;
-        this.pending = [];
+        // At most MAX_BATCH_FRAMES per POST (the server refuses more); the rest go next.
+        const frames = this.pending.splice(0, MAX_BATCH_FRAMES);
         const acked = this.lastSeq;
         const reply = await fetch(this.base + "/http/send", {
           method: "POST",
