@@ -72,6 +72,7 @@ def build_supervisor(settings: Any, *, generate: bool) -> Supervisor:
             log_level=settings.log_level,
             stall_seconds=settings.ai_stall_timeout,
             crash_limit=settings.ai_crash_limit,
+            crash_cooldown=settings.ai_crash_cooldown,
         )
     )
 

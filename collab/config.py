@@ -148,9 +148,11 @@ class Settings:
     ai_timeout: float = 60.0
     # The model worker (a separate process holding llama.cpp and torch): a generation with no
     # token or prompt progress for this long counts as hung (the worker is killed and
-    # restarted); this many deaths within a minute turn AI off (degraded) until a restart.
+    # restarted); this many deaths within a minute turn AI off (degraded), and it is tried
+    # again after ai_crash_cooldown seconds (doubling while it keeps failing, up to 15 min).
     ai_stall_timeout: float = 10.0
     ai_crash_limit: int = 5
+    ai_crash_cooldown: float = 60.0
     # Niceness added to the model worker: the scheduler gives contended CPU time to sync first
     # (0: equal). Measured on 2 vCPUs it does not change fan-out p99 under AI load: that
     # interference is shared caches and memory bandwidth, which no priority removes.
@@ -232,8 +234,10 @@ class Settings:
             raise ValueError("ai_prefetch_budget must be between 0 and 1")
         if not 0 <= self.ai_worker_nice <= 19:
             raise ValueError("ai_worker_nice must be between 0 and 19")
-        if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1:
-            raise ValueError("ai_stall_timeout must be positive and ai_crash_limit at least 1")
+        if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1 or self.ai_crash_cooldown <= 0:
+            raise ValueError(
+                "ai_stall_timeout and ai_crash_cooldown must be positive, ai_crash_limit >= 1"
+            )
         if self.compact_threshold < 1 or self.compact_log_ratio < 0:
             raise ValueError("compact_threshold must be >= 1 and compact_log_ratio >= 0")
         if not 1 <= self.max_nesting_depth <= 10_000:

@@ -287,7 +287,12 @@ GROUPS: tuple[Group, ...] = (
             (
                 "ai_crash_limit",
                 "N",
-                "worker deaths within 60 s after which AI stays off (degraded)",
+                "worker deaths within 60 s after which AI is off (degraded) for a cooldown",
+            ),
+            (
+                "ai_crash_cooldown",
+                "SECONDS",
+                "how long AI stays off after that, before it is tried again (doubling)",
             ),
             ("openai_base_url", "URL", "OpenAI-compatible upstream, e.g. http://127.0.0.1:8000/v1"),
             ("openai_model", "NAME", "model name sent upstream"),

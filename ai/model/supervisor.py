@@ -2,12 +2,14 @@
 up (AI ``degraded``, with the reason) when it cannot run here.
 
     starting ──ready frame──▶ ready ──dies / hangs──▶ starting (after a backoff) ──▶ …
-        │                                   └── 5 deaths in 60 s ──▶ degraded (stays)
+        │                                   └── 5 deaths in 60 s ──▶ degraded ──cooldown──▶ starting
         └── load or self-test fails, or it dies before ready ──▶ degraded (stays)
 
 A worker that fails at start will fail the same way again (a build that cannot run on this
-CPU, a missing model), so that gives up at once; a worker that dies while serving is restarted
-unless it keeps dying. Sync never waits on any of this.
+CPU, a missing model), so that gives up at once; a worker that dies while serving is restarted,
+and one that keeps dying is left off for a cooldown (60 s, doubling while it keeps failing, up
+to 15 min) and then tried again: a bad hour must not cost AI until someone restarts the
+server. Sync never waits on any of this.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ class SupervisorSettings:
     crash_window: float = 60.0
     backoff_first: float = 0.5
     backoff_max: float = 10.0
+    # After crash_limit deaths in crash_window: off this long, then tried again.
+    crash_cooldown: float = 60.0
+    crash_cooldown_max: float = 900.0
     # Loading can take a while the first time (requantising the model); past this, give up.
     start_seconds: float = 120.0
 
@@ -124,6 +129,7 @@ class Supervisor:
 
     async def _keep_running(self) -> None:
         backoff = self.settings.backoff_first
+        cooldown = self.settings.crash_cooldown
         while not self._closing:
             outcome = await self._run_one()
             if self._closing or outcome != "died":
@@ -137,10 +143,16 @@ class Supervisor:
                     DEGRADED,
                     f"the model worker died {len(self.crashes)} times in "
                     f"{self.settings.crash_window:.0f} s (last: it {self._last_exit}); "
-                    "AI stays off until the server restarts",
+                    f"AI is off, and tried again in {cooldown:.0f} s",
                 )
                 log.error("AI is off: %s", self.reason)
-                return
+                await asyncio.sleep(cooldown)
+                cooldown = min(cooldown * 2, self.settings.crash_cooldown_max)
+                self.crashes.clear()
+                backoff = self.settings.backoff_first
+                self._set(STARTING, "trying the model worker again after its cooldown")
+                self.restarts += 1
+                continue
             log.warning("restarting the model worker in %.1f s", backoff)
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, self.settings.backoff_max)

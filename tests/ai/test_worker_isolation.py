@@ -231,8 +231,14 @@ async def test_a_hung_worker_is_killed_and_replaced(tmp_path: Path) -> None:
         server.stop()
 
 
-async def test_a_crash_loop_turns_ai_off_with_the_reason(tmp_path: Path) -> None:
-    server = start_faulty(tmp_path, "crash-after-tokens:1", ai_semantic="off", ai_crash_limit=2)
+async def test_a_crash_loop_turns_ai_off_with_the_reason_then_tries_again(tmp_path: Path) -> None:
+    server = start_faulty(
+        tmp_path,
+        "crash-after-tokens:1",
+        ai_semantic="off",
+        ai_crash_limit=2,
+        ai_crash_cooldown=3,
+    )
     try:
         async with TetherClient(server.ws_url, token=server.token(), reconnect=False) as client:
             doc = await client.open("loop")
@@ -247,8 +253,11 @@ async def test_a_crash_loop_turns_ai_off_with_the_reason(tmp_path: Path) -> None
             assert "2 times" in ai["reason"], ai
             third = await ask(doc, "c3")
             assert third.end["code"] == "unavailable" and "2 times" in third.end["message"]
+            assert "tried again in 3 s" in third.end["message"]
             doc.append(".")
             await doc.wait_acked()
+            # Issue 26: it stayed off until the server restarted; now it comes back alone.
+            assert server.wait_ai(restarts=2, settled=("ready",))["state"] == "ready"
     finally:
         server.stop()
 
