@@ -179,6 +179,22 @@ async def test_a_cold_request_does_not_count_as_warm(provider: LocalProvider) ->
     assert provider.warm_hits() == warm + 1
 
 
+@pytest.mark.anyio
+async def test_a_saved_state_is_counted_at_its_size_in_memory_and_answers_the_same(
+    provider: LocalProvider,
+) -> None:
+    """Issue 26, finding 16: a saved state also carried a row of logits per token (~48 MiB),
+    which the budget did not count, so it did not bound the worker's memory."""
+    first, second = session("counted-a"), session("counted-b")
+    fresh = await generate(provider, request(first, MARKET))
+    await generate(provider, request(second))  # switching saves the first one's state
+    saved = provider._states.get(first)
+    assert saved is not None and saved.scores.shape[0] == 1  # the last row only
+    held = saved.llama_state_size + saved.scores.nbytes + saved.input_ids.nbytes
+    assert provider._states.bytes >= held
+    assert await generate(provider, request(first, MARKET)) == fresh  # restored, same answer
+
+
 # ---- the warm-state LRU, without the model ------------------------------------------------------
 
 

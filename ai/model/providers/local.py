@@ -45,31 +45,49 @@ def default_model_path() -> Path:
 
 
 class _WarmStates:
-    """Saved model states by session, least recently used evicted past a byte budget."""
+    """Saved model states by session, least recently used evicted past a byte budget.
+
+    A state is counted at what it holds in memory: llama.cpp's context (``llama_state_size``),
+    the token ids, and the logits llama-cpp-python copies along, one row of the vocabulary per
+    evaluated token (~48 MiB for 250 tokens of SmolLM2). Counting only the first let 150 editors
+    grow the worker from 733 MB to 2.9 GB under a 256 MB budget (issue 26, finding 16). Only
+    the last row is kept: llama-cpp-python re-evaluates a prompt's last token before sampling,
+    so earlier rows are never read again."""
 
     def __init__(self, budget_bytes: int) -> None:
         self.budget = budget_bytes
-        self._states: collections.OrderedDict[str, Any] = collections.OrderedDict()
+        self._states: collections.OrderedDict[str, tuple[Any, int]] = collections.OrderedDict()
         self.bytes = 0
 
     def get(self, session: str) -> Any | None:
-        state = self._states.get(session)
-        if state is not None:
-            self._states.move_to_end(session)
-        return state
+        held = self._states.get(session)
+        if held is None:
+            return None
+        self._states.move_to_end(session)
+        return held[0]
 
     def put(self, session: str, state: Any) -> None:
         old = self._states.pop(session, None)
         if old is not None:
-            self.bytes -= old.llama_state_size
-        self._states[session] = state
-        self.bytes += state.llama_state_size
+            self.bytes -= old[1]
+        scores = getattr(state, "scores", None)
+        if scores is not None and len(scores) > 1:
+            state.scores = scores[-1:].copy()
+        size = state_bytes(state)
+        self._states[session] = (state, size)
+        self.bytes += size
         while self.bytes > self.budget and len(self._states) > 1:
-            _, evicted = self._states.popitem(last=False)
-            self.bytes -= evicted.llama_state_size
+            _, (_, evicted) = self._states.popitem(last=False)
+            self.bytes -= evicted
 
     def __len__(self) -> int:
         return len(self._states)
+
+
+def state_bytes(state: Any) -> int:
+    """What a saved state holds in memory: the context and the arrays that go with it."""
+    arrays = (getattr(state, name, None) for name in ("scores", "input_ids"))
+    return int(state.llama_state_size) + sum(int(a.nbytes) for a in arrays if a is not None)
 
 
 class LocalProvider(Provider):
