@@ -35,7 +35,8 @@ from tether.protocol.session import QueueBudget
 
 from .auth.grants import authenticate
 from .auth.tokens import Authenticator, AuthError, Grant
-from .cluster.node import Cluster, build_store
+from .cluster.node import Cluster
+from .cluster.stores import build_store
 from .config import Settings
 from .connection.address_limit import ConnectionsPerAddress
 from .connection.close_codes import TRY_AGAIN_LATER, UNAUTHORIZED
@@ -213,14 +214,13 @@ class TetherServer:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
-            backend = await stack.enter_async_context(
-                self._given_store or build_store(settings, self.metrics)
-            )
+            built = build_store(settings, self.metrics, self._given_store)
+            backend = await stack.enter_async_context(built.store)
             rooms = self._room_manager(backend)
             stack.push_async_callback(rooms.close)
             # Scale-out (--bus): fan-out across nodes and backfill; a no-op on one node.
             self.cluster = await stack.enter_async_context(
-                Cluster(settings, backend, rooms, self.metrics)
+                Cluster(settings, built, rooms, self.metrics)
             )
             self.hooks.add(self.cluster)
             stack.callback(self.hooks.remove, self.cluster)
