@@ -222,13 +222,13 @@ class TetherServer:
             self.cluster = await stack.enter_async_context(
                 Cluster(settings, built, rooms, self.metrics)
             )
-            self.hooks.add(self.cluster)
-            stack.callback(self.hooks.remove, self.cluster)
+            for extension in self.cluster.extensions():
+                self.hooks.add(extension)
+                stack.callback(self.hooks.remove, extension)
             engine = await _start_ai(settings, stack, self.metrics)
             if engine is not None:
                 self.hooks.add(engine)
                 stack.callback(self.hooks.remove, engine)
-                self.cluster.on_deleted = engine.forget_document  # deleted on another node
             if settings.webhook_url:
                 webhooks = WebhookExtension(
                     settings.webhook_url,
@@ -334,7 +334,7 @@ class TetherServer:
             Route("/metrics", self.metrics_endpoint),
             Route("/api/documents", self.list_documents),
             Route("/api/suggest", self.suggest_endpoint, methods=["POST"]),
-            *DocumentsApi(lambda: self.ctx, self._bearer_grant, lambda: self.ai).routes(),
+            *DocumentsApi(lambda: self.ctx, self._bearer_grant).routes(),
             Route("/openapi.json", openapi),
             Route("/favicon.ico", favicon),
             Route(FAVICON_PATH, favicon),

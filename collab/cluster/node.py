@@ -47,11 +47,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
-
-from tether.protocol.lib0 import Decoder, write_var_uint8_array
-from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
 
 from ..config import Settings
 from ..rooms.manager import RoomManager
@@ -61,6 +57,7 @@ from ..storage.sequenced import Committed
 from ..storage.store import StorageError
 from .bus import RedisBus
 from .ledger import Ledger
+from .presence import PresenceRelay
 from .stores import NodeStore
 
 log = logging.getLogger(__name__)
@@ -70,55 +67,9 @@ DELETED_REASON = "document deleted"  # as collab.http.documents says on the dele
 _GAP_GRACE_S = 0.2
 
 
-class RemotePresence:
-    """Other nodes' editors' presence for one document: relayed, bounded, expiring."""
-
-    def __init__(self, ttl: float, max_bytes: int) -> None:
-        self._ttl = ttl
-        self._max_bytes = max_bytes
-        self._entries: dict[int, tuple[AwarenessEntry, float]] = {}
-        self._bytes = 0
-
-    def entries(self) -> list[AwarenessEntry]:
-        return [entry for entry, _ in self._entries.values()]
-
-    def receive(self, body: bytes, now: float) -> bool:
-        """Remember the body's entries; False if it held nothing acceptable."""
-        payload = Decoder(body).read_var_uint8_array()
-        kept = False
-        for entry in decode_awareness(payload, max_state_bytes=self._max_bytes):
-            old = self._entries.pop(entry.client_id, None)
-            if old is not None:
-                self._bytes -= _cost(old[0])
-            if entry.removed:
-                kept = True
-                continue
-            if self._bytes + _cost(entry) > self._max_bytes:
-                continue  # over the document's presence bound: dropped, as locally
-            self._entries[entry.client_id] = (entry, now + self._ttl)
-            self._bytes += _cost(entry)
-            kept = True
-        return kept
-
-    def expire(self, now: float) -> bytes | None:
-        """Drop entries without news for the TTL; the "null" body telling editors so."""
-        gone = [entry for entry, until in self._entries.values() if until <= now]
-        for entry in gone:
-            del self._entries[entry.client_id]
-            self._bytes -= _cost(entry)
-        if not gone:
-            return None
-        nulls = [AwarenessEntry(e.client_id, e.clock + 1, "null") for e in gone]
-        return write_var_uint8_array(encode_awareness(nulls))
-
-
-def _cost(entry: AwarenessEntry) -> int:
-    return len(entry.state) + 24  # an empty state still costs its id, clock and slot
-
-
 class Cluster:
-    """The hooks (on_load/on_unload) and tasks that keep this node's documents in step with
-    the other nodes'; inert without ``--bus``."""
+    """The hooks (on_load, on_unload, before_read) and tasks that keep this node's documents in
+    step with the other nodes'; inert without ``--bus``. Register ``extensions()``."""
 
     def __init__(
         self, settings: Settings, built: NodeStore, rooms: RoomManager, metrics: Metrics
@@ -138,11 +89,10 @@ class Cluster:
         self._backfilling: dict[str, asyncio.Task[None]] = {}
         self._dropping: set[asyncio.Task[None]] = set()
         self._again: set[str] = set()  # asked to backfill while one ran
-        self._presence: dict[str, RemotePresence] = {}
+        self._relay: PresenceRelay | None = None  # with the bus
         self._gap_timers: dict[str, asyncio.TimerHandle] = {}
         self.backfills = 0
         self.deletes = 0  # documents closed here because another node deleted them
-        self.on_deleted: Callable[[str], object] | None = None  # e.g. drop cached AI suggestions
 
     async def __aenter__(self) -> Cluster:
         if self._settings.bus and self._shared:
@@ -158,6 +108,9 @@ class Cluster:
                 on_delete=self._remote_delete,
             )
             await self._bus.__aenter__()
+            self._relay = PresenceRelay(
+                self._bus, self._settings.bus_presence_ttl, self._settings.awareness_document_bytes
+            )
             assert self._db is not None
             self._db.listen(self)
             self._tasks.append(asyncio.ensure_future(self._reconcile_loop()))
@@ -175,29 +128,33 @@ class Cluster:
                 self._db.listen(None)
             await self._bus.__aexit__(None, None, None)
 
+    def extensions(self) -> list[object]:
+        """What to register as hooks once entered: this cluster for a store shared by nodes,
+        and with a bus the presence relay. None for a store of one node, so its rooms pay
+        nothing for scale-out (a presence change: one empty list of hooks)."""
+        own: list[object] = [self] if self._shared else []
+        return own if self._relay is None else [*own, self._relay]
+
     # -- hooks -------------------------------------------------------------------------------
 
     async def on_load(self, room: Room) -> None:
-        bus = self._bus
-        if bus is None:
+        if self._bus is None or self._relay is None:
             return
-        name = room.name
-        await bus.subscribe(name)
-        presence = RemotePresence(
-            self._settings.bus_presence_ttl, self._settings.awareness_document_bytes
-        )
-        room.remote_presence = presence.entries
-        room.on_presence = lambda body: bus.publish_presence(name, body)
-        room.catch_up = lambda: self.catch_up(name)
-        self._presence[name] = presence
+        await self._bus.subscribe(room.name)
+        self._relay.track(room.name)
         # What was committed between our load and our subscription reaches us this way.
-        self._backfill(name)
+        self._backfill(room.name)
 
     async def on_unload(self, room: Room) -> None:
         if self._bus is not None:
             self._bus.unsubscribe(room.name)
-        self._presence.pop(room.name, None)
+        if self._relay is not None:
+            self._relay.forget(room.name)
         self._ledger.forget(room.name)
+
+    async def before_read(self, room: Room) -> None:
+        if self._bus is not None:
+            await self.catch_up(room.name)
 
     # -- what the store tells us (collab.storage.sequenced.StoreEvents) -----------------------
 
@@ -213,7 +170,8 @@ class Cluster:
             self._bus.publish_delete(name, epoch)
             if name not in self._rooms.rooms:
                 self._bus.unsubscribe(name)
-                self._presence.pop(name, None)
+                if self._relay is not None:
+                    self._relay.forget(name)
 
     def stale(self, name: str) -> None:
         self._drop(name)
@@ -264,10 +222,9 @@ class Cluster:
 
     def _remote_presence(self, name: str, body: bytes) -> None:
         room = self._room(name)
-        presence = self._presence.get(name)
-        if room is None or presence is None:
+        if room is None or self._relay is None:
             return
-        if presence.receive(body, time.monotonic()):
+        if self._relay.receive(name, body, time.monotonic()):
             room.broadcast_presence(body)
 
     # -- deletes -----------------------------------------------------------------------------
@@ -291,14 +248,13 @@ class Cluster:
         log.info("document %r was deleted on another node; closing it here", name[:64])
         if self._bus is not None:
             self._bus.unsubscribe(name)
-        self._presence.pop(name, None)
+        if self._relay is not None:
+            self._relay.forget(name)
         timer = self._gap_timers.pop(name, None)
         if timer is not None:
             timer.cancel()
-        task = self._rooms.discard(name, DELETED_REASON)
+        task = self._rooms.discard(name, DELETED_REASON)  # on_deleted: e.g. cached suggestions go
         self._ledger.forget(name)
-        if self.on_deleted is not None:
-            self.on_deleted(name)
         self._dropping.add(task)
         task.add_done_callback(self._dropping.discard)
 
@@ -365,15 +321,13 @@ class Cluster:
                 mark.add(seq)
 
     async def _reconcile_loop(self) -> None:
-        assert self._db is not None
+        assert self._db is not None and self._relay is not None
         ledger = self._ledger
         while True:
             await asyncio.sleep(self._settings.bus_reconcile_interval)
-            now = time.monotonic()
-            for name, presence in list(self._presence.items()):
-                body = presence.expire(now)
+            for name, body in self._relay.expire(time.monotonic()):
                 room = self._room(name)
-                if body is not None and room is not None:
+                if room is not None:
                     room.broadcast_presence(body)
             names = [name for name in self._rooms.rooms if self._room(name) is not None]
             if not names:
