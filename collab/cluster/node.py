@@ -34,9 +34,20 @@ it. The epoch (``collab.storage.postgres``; the one held is in the ledger) keeps
 incarnations apart: a node never applies an update of another incarnation than the one it holds,
 and its own late writes to a deleted one fail.
 
-The store is reached through its ``SequencedStore`` face (``collab.storage.sequenced``), which
-tells the cluster of each commit (published, tagged with the incarnation the ledger holds), delete
-and stale write. Without a bus (SQLite, or PostgreSQL alone) this is just ``/health`` and
+How it plugs in, as an extension among others (``collab.hooks``), knowing rooms only through
+their public methods and storage only through what storage declares:
+
+- rooms: the ``Cluster`` hooks ``on_load`` (subscribe, backfill), ``on_unload`` and
+  ``before_read`` (catch up before a REST read or a version); the ``PresenceRelay``
+  (``collab.cluster.presence``) hooks ``on_presence`` and ``remote_presence``. Registered from
+  ``Cluster.extensions()``: none on one node. Another node's delete reaches the other
+  extensions (the AI engine's cache) as ``on_deleted`` through ``RoomManager.discard``.
+- storage: the store's ``SequencedStore`` face (``collab.storage.sequenced``), whose one
+  listener (this ``Cluster``) hears of each commit, delete and stale write. A commit goes
+  store -> cluster -> bus, tagged with the incarnation the ledger holds, with no call back into
+  the store.
+
+Without a bus (SQLite, or PostgreSQL alone) this is just ``/health`` and, for PostgreSQL,
 forgetting what the ledger held of an unloaded document.
 """
 
