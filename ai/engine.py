@@ -142,6 +142,10 @@ class AiEngine:
             for flight in list(state.flights):
                 self.flights.end(flight, "cancelled")
 
+    def on_deleted(self, name: str) -> None:
+        dropped = self.forget_document(name)
+        log.info("document %r deleted: %d cached suggestions dropped", name[:64], dropped)
+
     def forget_document(self, name: str) -> int:
         """``name`` was deleted: its flights end (none completes into the cache afterwards) and
         every cache entry of its scope goes, so no layer can serve its text again. Returns the

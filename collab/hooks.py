@@ -22,9 +22,21 @@ An extension is any object with any of these optional methods; they run in regis
 - ``on_store(room, update)``: the change was handed to the store; ``after_store(room,
   update)``: it is durable (what an editor's SyncStatus ack means). Sync or async as on_change.
 - ``async on_stateless(room, peer, payload)``: a Stateless message from an editor.
+- ``on_presence(room, body)``: this node's editors' presence changed (one joined, moved, left);
+  ``body`` is the awareness message the room's editors were sent. Inside the sync path: keep it
+  O(1) (e.g. queue it for other nodes), or make it ``async`` as on_change.
+- ``remote_presence(room) -> list[AwarenessEntry]``: presence held elsewhere (e.g. other nodes'
+  editors) that the room's presence snapshots include after its own editors'. Asked when an
+  editor joins or asks for everyone's presence: return what is held, do no I/O.
+- ``async before_read(room)``: a REST read or a new version is about to read the document:
+  bring it up to date first (e.g. with what other nodes committed). If it fails, the read uses
+  what the room holds.
 - ``on_detach(room, peer)``: an editor left a document.
 - ``async on_disconnect(connection: ConnectionInfo)``: a socket closed (after on_connect).
 - ``async on_unload(room)``: a document was stored and is leaving memory.
+- ``on_deleted(name)``: a document was deleted, on this node (REST) or on another one, and its
+  editors here were revoked: drop whatever is kept for it (e.g. cached AI suggestions). Sync or
+  async as on_change.
 
 A failing hook is contained: logged with the extension's name, and the document or
 connection goes on (on_connect and on_authenticate fail closed: they refuse).
@@ -42,6 +54,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .auth.tokens import AuthError, Grant
 
 if TYPE_CHECKING:
+    from tether.protocol.sync import AwarenessEntry
+
     from .rooms.peer import Peer
     from .rooms.room import Room
 
@@ -152,6 +166,30 @@ class Hooks:
                 await ext.on_stateless(room, peer, payload)
             except Exception:  # one extension's bug must not close the editor's socket
                 log.exception("on_stateless hook failed in %s", _name(ext))
+
+    def on_presence(self, room: Room, body: bytes) -> None:
+        for ext in self._having("on_presence"):
+            self._call("on_presence", ext, room, body)
+
+    def remote_presence(self, room: Room) -> list[AwarenessEntry]:
+        entries: list[AwarenessEntry] = []
+        for ext in self._having("remote_presence"):
+            try:
+                entries.extend(ext.remote_presence(room))
+            except Exception:  # the snapshot goes out with the presence the others gave
+                log.exception("remote_presence hook failed in %s", _name(ext))
+        return entries
+
+    async def before_read(self, room: Room) -> None:
+        for ext in self._having("before_read"):
+            try:
+                await ext.before_read(room)
+            except Exception:  # the read goes on with what the room holds
+                log.exception("before_read hook failed in %s for %r", _name(ext), room.name)
+
+    def on_deleted(self, name: str) -> None:
+        for ext in self._having("on_deleted"):
+            self._call("on_deleted", ext, name)
 
     def on_detach(self, room: Room, peer: Peer) -> None:
         for ext in self._having("on_detach"):

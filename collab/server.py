@@ -19,7 +19,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tether.protocol.session import QueueBudget
 
 from .auth.tokens import Authenticator, Grant
-from .cluster.node import Cluster, build_store
+from .cluster.node import Cluster
+from .cluster.stores import build_store
 from .config import Settings
 from .connection.admission import Admission, client_address
 from .connection.close_codes import TRY_AGAIN_LATER
@@ -130,20 +131,19 @@ class TetherServer:
         await stack.__aenter__()
         try:
             await stack.enter_async_context(LoopWatch(self.metrics.loop_lag))
-            backend = await stack.enter_async_context(
-                self._given_store or build_store(settings, self.metrics)
-            )
+            built = build_store(settings, self.metrics, self._given_store)
+            backend = await stack.enter_async_context(built.store)
             rooms = self._room_manager(backend)
             stack.push_async_callback(rooms.close)
             # Scale-out (--bus): fan-out across nodes and backfill; a no-op on one node.
             self.cluster = await stack.enter_async_context(
-                Cluster(settings, backend, rooms, self.metrics)
+                Cluster(settings, built, rooms, self.metrics)
             )
-            self._extend(stack, self.cluster)
+            for extension in self.cluster.extensions():
+                self._extend(stack, extension)
             engine = await self._start_ai(stack)
             if engine is not None:
                 self._extend(stack, engine)
-                self.cluster.on_deleted = engine.forget_document  # deleted on another node
             webhooks = WebhookExtension.from_settings(settings, self.metrics)
             if webhooks is not None:
                 self.hooks.add(webhooks)
@@ -245,7 +245,7 @@ class TetherServer:
                 self.metrics, self.settings.metrics_token, context, engine, lambda: self.cluster
             ).routes(),
             *SuggestEndpoint(self.settings, self.authenticator, grant_of, context, engine).routes(),
-            *DocumentsApi(context, grant_of, engine).routes(),
+            *DocumentsApi(context, grant_of).routes(),
             Route("/openapi.json", openapi),
             Route("/favicon.ico", favicon),
             Route(FAVICON_PATH, favicon),

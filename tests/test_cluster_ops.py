@@ -18,6 +18,7 @@ from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tests.test_cluster import Nodes, converged, editors, stored_text, tok
 from tether.collab.bench.engines import PgBouncer, PostgresServer, RedisServer, pgbouncer_binary
+from tether.collab.cluster.ledger import Ledger
 from tether.collab.storage.postgres import PostgresStore
 from tether.collab.storage.store import StorageError
 
@@ -227,8 +228,8 @@ async def test_the_statement_cache_is_what_breaks_behind_pgbouncer(pg_dsn, pgbou
 
     async def rounds() -> None:
         async with (
-            PostgresStore(through, statement_cache_size=cache) as one,
-            PostgresStore(through, statement_cache_size=cache) as two,
+            PostgresStore(through, ledger=Ledger(), statement_cache_size=cache) as one,
+            PostgresStore(through, ledger=Ledger(), statement_cache_size=cache) as two,
         ):
             for i in range(50):
                 stores = (one, two)

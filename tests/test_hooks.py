@@ -141,6 +141,29 @@ async def test_an_edit_runs_change_store_after_store_stateless_disconnect_unload
     assert "on_unload hook failed in Broken" in log
 
 
+async def test_presence_reads_and_deletes_run_their_hooks_and_failing_ones_are_contained(host):
+    headers = {"Authorization": "Bearer db:alice"}
+    async with await MuxPeer.connect(host.ws("/t/ws")) as p:
+        doc = await p.open("hooks/cycle", "db:alice")
+        await doc.wait(lambda: 900 in doc.awareness, what="presence held elsewhere")
+        await doc.append("kept")
+        await doc.wait_acked()
+        await doc.set_awareness({"name": "Alice"})
+        events_until(host, "presence hooks/cycle")
+        url = host.http_url + "/t/api/documents/hooks/cycle"
+        reply = httpx.get(url, headers=headers, timeout=10)
+        assert reply.json()["text"] == "kept"  # the Broken before_read did not stop the read
+        assert "before_read hooks/cycle" in events_until(host, "before_read hooks/cycle")
+        assert httpx.delete(url, headers=headers, timeout=10).json() == {
+            "name": "hooks/cycle",
+            "deleted": True,
+        }
+    events_until(host, "deleted hooks/cycle")
+    log = host.log()
+    for hook in ("on_presence", "remote_presence", "before_read", "on_deleted"):
+        assert f"{hook} hook failed in Broken" in log, hook
+
+
 async def test_a_direct_connection_edits_as_the_host_and_is_durable_when_it_returns(host):
     async with TetherClient(host.ws("/t/ws"), token="db:alice") as client:
         editor = await client.open("hooks/direct")

@@ -1,4 +1,4 @@
-"""Several tether nodes on one PostgreSQL: which store a node uses, and how nodes converge.
+"""Several tether nodes on one PostgreSQL: how a node's documents converge with the others'.
 
 All nodes are equal: any node accepts edits to any document, commits them to PostgreSQL
 (``collab.storage.postgres``: per-document sequence numbers under the document row's lock) and acks
@@ -18,21 +18,37 @@ what ownership would buy (one writer per document) is not needed for correctness
 cost a failover protocol and a forwarding hop for every editor not on the owner.
 
 Each node keeps, per loaded document, a watermark: the highest seq below which its document
-holds everything (``SeqWatermark``). A bus entry above ``watermark + 1`` is a gap; so is a head
-in PostgreSQL above the watermark, which every node checks for its loaded documents every
-``bus_reconcile_interval`` seconds. Either way the node backfills from PostgreSQL (the snapshot
-if the log it needs was compacted, then the log after). So losing Redis, a node killed between
-COMMIT and XADD, or a restart loses no acked edit and no convergence, only latency. Presence
-from other nodes is relayed the same way (not stored) and expires after ``bus_presence_ttl``
-seconds without news, so a dead node's editors vanish.
+holds everything (its ledger, ``collab.cluster.ledger``, which the store's write path records
+in and the cluster reads; ``collab.cluster.stores`` gives both the same one). A bus entry above
+``watermark + 1`` is a gap; so is a head in PostgreSQL above the watermark, which every node
+checks for its loaded documents every ``bus_reconcile_interval`` seconds. Either way the node
+backfills from PostgreSQL (the snapshot if the log it needs was compacted, then the log after).
+So losing Redis, a node killed between COMMIT and XADD, or a restart loses no acked edit and no
+convergence, only latency. Presence from other nodes is relayed the same way (not stored) and
+expires after ``bus_presence_ttl`` seconds without news, so a dead node's editors vanish.
 
 Deleting a document reaches the other nodes that have it loaded as a delete entry on its stream
 and, if that is lost, as the document missing (or of another epoch) in the reconciliation: they
 revoke their editors with the same reason as the deleting node ("document deleted") and unload
-it. The epoch (``collab.storage.postgres``) keeps the incarnations apart: a node never applies an
-update of another incarnation than the one it holds, and its own late writes to a deleted one fail.
+it. The epoch (``collab.storage.postgres``; the one held is in the ledger) keeps the
+incarnations apart: a node never applies an update of another incarnation than the one it holds,
+and its own late writes to a deleted one fail.
 
-Without a bus (SQLite, or PostgreSQL alone) this is just the store choice and ``/health``.
+How it plugs in, as an extension among others (``collab.hooks``), knowing rooms only through
+their public methods and storage only through what storage declares:
+
+- rooms: the ``Cluster`` hooks ``on_load`` (subscribe, backfill), ``on_unload`` and
+  ``before_read`` (catch up before a REST read or a version); the ``PresenceRelay``
+  (``collab.cluster.presence``) hooks ``on_presence`` and ``remote_presence``. Registered from
+  ``Cluster.extensions()``: none on one node. Another node's delete reaches the other
+  extensions (the AI engine's cache) as ``on_deleted`` through ``RoomManager.discard``.
+- storage: the store's ``SequencedStore`` face (``collab.storage.sequenced``), whose one
+  listener (this ``Cluster``) hears of each commit, delete and stale write. A commit goes
+  store -> cluster -> bus, tagged with the incarnation the ledger holds, with no call back into
+  the store.
+
+Without a bus (SQLite, or PostgreSQL alone) this is just ``/health`` and, for PostgreSQL,
+forgetting what the ledger held of an unloaded document.
 """
 
 from __future__ import annotations
@@ -42,20 +58,18 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
-
-from tether.protocol.lib0 import Decoder, write_var_uint8_array
-from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
 
 from ..config import Settings
 from ..rooms.manager import RoomManager
 from ..rooms.room import Room
 from ..runtime.metrics import Metrics
-from ..storage.postgres import PostgresStore, pgbouncer_dsn
-from ..storage.sqlite import SQLiteStore
-from ..storage.store import StorageError, Store
+from ..storage.sequenced import Committed
+from ..storage.store import StorageError
 from .bus import RedisBus
+from .ledger import Ledger
+from .presence import PresenceRelay
+from .stores import NodeStore
 
 log = logging.getLogger(__name__)
 
@@ -64,92 +78,35 @@ DELETED_REASON = "document deleted"  # as collab.http.documents says on the dele
 _GAP_GRACE_S = 0.2
 
 
-def build_store(settings: Settings, metrics: Metrics) -> Store:
-    """SQLite in the data dir, or the PostgreSQL that ``--store`` names."""
-    if not settings.store:
-        return SQLiteStore(settings.data_dir / "tether.db")
-    dsn, behind_pgbouncer = pgbouncer_dsn(settings.store)
-    return PostgresStore(
-        dsn,
-        statement_cache_size=0 if behind_pgbouncer else settings.store_statement_cache_size,
-        outage_timeout=settings.store_outage_timeout,
-        queue_bytes=settings.store_queue_bytes,
-        on_refusal=lambda limit: metrics.limit_refusals.labels(limit).inc(),
-    )
-
-
-class RemotePresence:
-    """Other nodes' editors' presence for one document: relayed, bounded, expiring."""
-
-    def __init__(self, ttl: float, max_bytes: int) -> None:
-        self._ttl = ttl
-        self._max_bytes = max_bytes
-        self._entries: dict[int, tuple[AwarenessEntry, float]] = {}
-        self._bytes = 0
-
-    def entries(self) -> list[AwarenessEntry]:
-        return [entry for entry, _ in self._entries.values()]
-
-    def receive(self, body: bytes, now: float) -> bool:
-        """Remember the body's entries; False if it held nothing acceptable."""
-        payload = Decoder(body).read_var_uint8_array()
-        kept = False
-        for entry in decode_awareness(payload, max_state_bytes=self._max_bytes):
-            old = self._entries.pop(entry.client_id, None)
-            if old is not None:
-                self._bytes -= _cost(old[0])
-            if entry.removed:
-                kept = True
-                continue
-            if self._bytes + _cost(entry) > self._max_bytes:
-                continue  # over the document's presence bound: dropped, as locally
-            self._entries[entry.client_id] = (entry, now + self._ttl)
-            self._bytes += _cost(entry)
-            kept = True
-        return kept
-
-    def expire(self, now: float) -> bytes | None:
-        """Drop entries without news for the TTL; the "null" body telling editors so."""
-        gone = [entry for entry, until in self._entries.values() if until <= now]
-        for entry in gone:
-            del self._entries[entry.client_id]
-            self._bytes -= _cost(entry)
-        if not gone:
-            return None
-        nulls = [AwarenessEntry(e.client_id, e.clock + 1, "null") for e in gone]
-        return write_var_uint8_array(encode_awareness(nulls))
-
-
-def _cost(entry: AwarenessEntry) -> int:
-    return len(entry.state) + 24  # an empty state still costs its id, clock and slot
-
-
 class Cluster:
-    """The hooks (on_load/on_unload) and tasks that keep this node's documents in step with
-    the other nodes'; inert without ``--bus``."""
+    """The hooks (on_load, on_unload, before_read) and tasks that keep this node's documents in
+    step with the other nodes'; inert without ``--bus``. Register ``extensions()``."""
 
     def __init__(
-        self, settings: Settings, store: Store, rooms: RoomManager, metrics: Metrics
+        self, settings: Settings, built: NodeStore, rooms: RoomManager, metrics: Metrics
     ) -> None:
         self._settings = settings
-        self._store = store
+        self._store = built.store
         self._rooms = rooms
         self._metrics = metrics
         self.node_id = settings.node_id or f"{socket.gethostname()}-{os.getpid()}"
-        self._pg = store if isinstance(store, PostgresStore) else None
+        self._db = built.store.sequenced()  # None: a store of one node
+        # What this node holds of each document, as the store records it (an empty one for a
+        # store that keeps none: it reads as holding nothing).
+        self._ledger = built.ledger or Ledger()
+        self._shared = self._db is not None and built.ledger is not None
         self._bus: RedisBus | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._backfilling: dict[str, asyncio.Task[None]] = {}
         self._dropping: set[asyncio.Task[None]] = set()
         self._again: set[str] = set()  # asked to backfill while one ran
-        self._presence: dict[str, RemotePresence] = {}
+        self._relay: PresenceRelay | None = None  # with the bus
         self._gap_timers: dict[str, asyncio.TimerHandle] = {}
         self.backfills = 0
         self.deletes = 0  # documents closed here because another node deleted them
-        self.on_deleted: Callable[[str], object] | None = None  # e.g. drop cached AI suggestions
 
     async def __aenter__(self) -> Cluster:
-        if self._settings.bus and self._pg is not None:
+        if self._settings.bus and self._shared:
             self._bus = RedisBus(
                 self._settings.bus,
                 self.node_id,
@@ -162,9 +119,11 @@ class Cluster:
                 on_delete=self._remote_delete,
             )
             await self._bus.__aenter__()
-            self._pg.on_commit = self._publish_commits
-            self._pg.on_delete = self._deleted_here
-            self._pg.on_stale = self._drop
+            self._relay = PresenceRelay(
+                self._bus, self._settings.bus_presence_ttl, self._settings.awareness_document_bytes
+            )
+            assert self._db is not None
+            self._db.listen(self)
             self._tasks.append(asyncio.ensure_future(self._reconcile_loop()))
         return self
 
@@ -175,35 +134,58 @@ class Cluster:
         for task in [*self._tasks, *self._backfilling.values()]:
             task.cancel()
         await asyncio.gather(*self._tasks, *self._backfilling.values(), return_exceptions=True)
-        if self._pg is not None:
-            self._pg.on_commit = self._pg.on_delete = self._pg.on_stale = None
         if self._bus is not None:
+            if self._db is not None:
+                self._db.listen(None)
             await self._bus.__aexit__(None, None, None)
+
+    def extensions(self) -> list[object]:
+        """What to register as hooks once entered: this cluster for a store shared by nodes,
+        and with a bus the presence relay. None for a store of one node, so its rooms pay
+        nothing for scale-out (a presence change: one empty list of hooks)."""
+        own: list[object] = [self] if self._shared else []
+        return own if self._relay is None else [*own, self._relay]
 
     # -- hooks -------------------------------------------------------------------------------
 
     async def on_load(self, room: Room) -> None:
-        bus = self._bus
-        if bus is None:
+        if self._bus is None or self._relay is None:
             return
-        name = room.name
-        await bus.subscribe(name)
-        presence = RemotePresence(
-            self._settings.bus_presence_ttl, self._settings.awareness_document_bytes
-        )
-        room.remote_presence = presence.entries
-        room.on_presence = lambda body: bus.publish_presence(name, body)
-        room.catch_up = lambda: self.catch_up(name)
-        self._presence[name] = presence
+        await self._bus.subscribe(room.name)
+        self._relay.track(room.name)
         # What was committed between our load and our subscription reaches us this way.
-        self._backfill(name)
+        self._backfill(room.name)
 
     async def on_unload(self, room: Room) -> None:
         if self._bus is not None:
             self._bus.unsubscribe(room.name)
-        self._presence.pop(room.name, None)
-        if self._pg is not None:
-            self._pg.forget(room.name)
+        if self._relay is not None:
+            self._relay.forget(room.name)
+        self._ledger.forget(room.name)
+
+    async def before_read(self, room: Room) -> None:
+        if self._bus is not None:
+            await self.catch_up(room.name)
+
+    # -- what the store tells us (collab.storage.sequenced.StoreEvents) -----------------------
+
+    def committed(self, items: list[Committed]) -> None:
+        """Our commits, to the other nodes, tagged with the incarnation they landed in."""
+        assert self._bus is not None
+        epoch = self._ledger.epoch
+        self._bus.publish_updates([(name, seq, data, epoch(name)) for name, seq, data in items])
+
+    def deleted(self, name: str, epoch: int) -> None:
+        """Our REST delete committed: tell the nodes that have the document loaded."""
+        if self._bus is not None:
+            self._bus.publish_delete(name, epoch)
+            if name not in self._rooms.rooms:
+                self._bus.unsubscribe(name)
+                if self._relay is not None:
+                    self._relay.forget(name)
+
+    def stale(self, name: str) -> None:
+        self._drop(name)
 
     # -- what other nodes send ---------------------------------------------------------------
 
@@ -212,26 +194,20 @@ class Cluster:
         # A room being rebuilt from storage takes nothing now; the next backfill brings it.
         return None if room is None or room.closing or room.reloading else room
 
-    def _publish_commits(self, items: list[tuple[str, int, bytes]]) -> None:
-        assert self._bus is not None and self._pg is not None
-        pg = self._pg
-        self._bus.publish_updates([(name, seq, data, pg.epoch(name)) for name, seq, data in items])
-
     def _held_elsewhere(self, name: str, epoch: int) -> bool:
         """Whether an update of incarnation ``epoch`` belongs in our document; one of a newer
         incarnation means ours was deleted, and the document is dropped here."""
-        assert self._pg is not None
-        if self._pg.accepts(name, epoch):
+        if self._ledger.accepts(name, epoch):
             return True
-        if epoch > self._pg.epoch(name) > 0:
+        if epoch > self._ledger.epoch(name) > 0:
             self._drop(name)
         return False
 
     def _remote_update(self, name: str, seq: int, update: bytes, epoch: int) -> None:
         room = self._room(name)
-        if room is None or self._pg is None or not self._held_elsewhere(name, epoch):
+        if room is None or not self._held_elsewhere(name, epoch):
             return
-        mark = self._pg.watermark(name)
+        mark = self._ledger.watermark(name)
         if mark.holds(seq):
             return
         if not room.apply_remote(update, REMOTE_ORIGIN):
@@ -250,39 +226,28 @@ class Cluster:
 
         def check() -> None:
             del self._gap_timers[name]
-            if self._pg is not None and self._pg.watermark(name).ahead:
+            if self._ledger.watermark(name).ahead:
                 self._backfill(name)
 
         self._gap_timers[name] = asyncio.get_running_loop().call_later(_GAP_GRACE_S, check)
 
     def _remote_presence(self, name: str, body: bytes) -> None:
         room = self._room(name)
-        presence = self._presence.get(name)
-        if room is None or presence is None:
+        if room is None or self._relay is None:
             return
-        if presence.receive(body, time.monotonic()):
+        if self._relay.receive(name, body, time.monotonic()):
             room.broadcast_presence(body)
 
     # -- deletes -----------------------------------------------------------------------------
 
-    def _deleted_here(self, name: str, epoch: int) -> None:
-        """Our REST delete committed: tell the nodes that have the document loaded."""
-        if self._bus is not None:
-            self._bus.publish_delete(name, epoch)
-            if name not in self._rooms.rooms:
-                self._bus.unsubscribe(name)
-                self._presence.pop(name, None)
-
     def _remote_delete(self, name: str, epoch: int) -> None:
-        if self._pg is None:
-            return
-        held = self._pg.epoch(name)
+        held = self._ledger.epoch(name)
         if held == epoch:
             self._drop(name)
         elif held <= 0 and epoch > -held:
             # Nothing of that incarnation was adopted here: our edits (on an empty document)
             # belong to whatever comes after it.
-            self._pg.lift_floor(name, epoch)
+            self._ledger.lift_floor(name, epoch)
 
     def _drop(self, name: str) -> None:
         """Another node deleted the document: revoke its editors here, unload it, forget it."""
@@ -294,15 +259,13 @@ class Cluster:
         log.info("document %r was deleted on another node; closing it here", name[:64])
         if self._bus is not None:
             self._bus.unsubscribe(name)
-        self._presence.pop(name, None)
+        if self._relay is not None:
+            self._relay.forget(name)
         timer = self._gap_timers.pop(name, None)
         if timer is not None:
             timer.cancel()
-        task = self._rooms.discard(name, DELETED_REASON)
-        if self._pg is not None:
-            self._pg.forget(name)
-        if self.on_deleted is not None:
-            self.on_deleted(name)
+        task = self._rooms.discard(name, DELETED_REASON)  # on_deleted: e.g. cached suggestions go
+        self._ledger.forget(name)
         self._dropping.add(task)
         task.add_done_callback(self._dropping.discard)
 
@@ -339,14 +302,14 @@ class Cluster:
         await self._run_backfill(name)  # a read started after the caller's request
 
     async def _run_backfill(self, name: str) -> None:
-        if self._pg is None:
+        if self._db is None:
             return
         # Only a read that started after we held an incarnation can say it is gone: one that
         # started before our own first commit of a new document does not see it yet.
-        held = self._pg.epoch(name)
+        held = self._ledger.epoch(name)
         try:
-            mark = self._pg.watermark(name)
-            missing = await self._pg.backfill(name, mark.mark)
+            mark = self._ledger.watermark(name)
+            missing = await self._db.backfill(name, mark.mark)
         except StorageError as exc:
             log.debug("backfill of %r waits for the database: %s", name, exc)
             return
@@ -354,7 +317,7 @@ class Cluster:
         if room is None:
             return
         if not missing.epoch:  # gone from PostgreSQL: deleted, unless never created
-            if held > 0 and self._pg.epoch(name) == held:
+            if held > 0 and self._ledger.epoch(name) == held:
                 self._drop(name)
             return
         if not self._held_elsewhere(name, missing.epoch):
@@ -369,21 +332,20 @@ class Cluster:
                 mark.add(seq)
 
     async def _reconcile_loop(self) -> None:
-        assert self._pg is not None
+        assert self._db is not None and self._relay is not None
+        ledger = self._ledger
         while True:
             await asyncio.sleep(self._settings.bus_reconcile_interval)
-            now = time.monotonic()
-            for name, presence in list(self._presence.items()):
-                body = presence.expire(now)
+            for name, body in self._relay.expire(time.monotonic()):
                 room = self._room(name)
-                if body is not None and room is not None:
+                if room is not None:
                     room.broadcast_presence(body)
             names = [name for name in self._rooms.rooms if self._room(name) is not None]
             if not names:
                 continue
-            held_before = {name: self._pg.epoch(name) for name in names}  # see _run_backfill
+            held_before = {name: ledger.epoch(name) for name in names}  # see _run_backfill
             try:
-                heads = await self._pg.generations(names)
+                heads = await self._db.generations(names)
             except StorageError:
                 continue  # the database is down: the next round tries again
             except Exception:  # this loop is the safety net: it must never die
@@ -391,27 +353,25 @@ class Cluster:
                 continue
             for name in names:
                 epoch, head = heads.get(name, (0, 0))
-                held = self._pg.epoch(name)
+                held = ledger.epoch(name)
                 if held > 0 and epoch != held and held_before.get(name) == held:
                     self._drop(name)  # deleted (and perhaps created again) elsewhere
-                elif head > self._pg.watermark(name).mark or (held <= 0 and epoch > -held):
+                elif head > ledger.watermark(name).mark or (held <= 0 and epoch > -held):
                     self._backfill(name)
 
     # -- /health -----------------------------------------------------------------------------
 
     async def health(self) -> dict[str, Any]:
-        if self._pg is None:
-            backend = "sqlite" if isinstance(self._store, SQLiteStore) else "memory"
-            database: dict[str, Any] = {"backend": backend, "state": "ok"}
-        else:
+        database: dict[str, Any] = {"backend": self._store.backend, "state": "ok"}
+        if self._db is not None:
             try:
-                reachable = await asyncio.wait_for(self._pg.ping(), 2.0)
+                reachable = await asyncio.wait_for(self._db.ping(), 2.0)
             except TimeoutError:
                 reachable = False
-            database = {"backend": "postgresql", "state": "ok" if reachable else "unavailable"}
-            database["queued_bytes"] = self._pg.queued_bytes
+            database["state"] = "ok" if reachable else "unavailable"
+            database["queued_bytes"] = self._db.queued_bytes
             if not reachable:
-                database["error"] = self._pg.last_error
+                database["error"] = self._db.last_error
         bus = {"state": "off"} if self._bus is None else self._bus.health()
         if self._bus is not None:
             bus["backfills"] = self.backfills

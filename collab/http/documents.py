@@ -52,14 +52,11 @@ GrantOf = Callable[[Request, str | None], Awaitable[Grant | None]]
 
 
 class DocumentsApi:
-    """The handlers; ``context`` and ``engine`` are read per request (a server may restart)."""
+    """The handlers; ``context`` is read per request (a server may restart)."""
 
-    def __init__(
-        self, context: Callable[[], ServerContext], grant_of: GrantOf, engine: Callable[[], Any]
-    ) -> None:
+    def __init__(self, context: Callable[[], ServerContext], grant_of: GrantOf) -> None:
         self._context = context
         self._grant_of = grant_of
-        self._engine = engine
         self._version_lock = asyncio.Lock()  # count check + add, one at a time (rare writes)
         self._logged: set[tuple[str, str]] = set()  # (address, limit): each logged once
 
@@ -118,8 +115,7 @@ class DocumentsApi:
             return _error(404, "no such document")
         try:
             async with ctx.rooms.visit(name) as room:
-                if room.catch_up is not None:  # several nodes: what others acked too
-                    await room.catch_up()
+                await ctx.hooks.before_read(room)  # several nodes: what others acked too
                 text = str(room.doc.get(TEXT_NAME, type=Text))
                 peers = len(room.peers)
                 state = room.doc.get_update() if export == "yjs" else b""
@@ -136,10 +132,8 @@ class DocumentsApi:
         ctx = self._context()
         if not await _known(ctx, name) and not await _has_versions(ctx, name):
             return _error(404, "no such document")
-        await ctx.rooms.delete(name, DELETED_REASON)
-        engine = self._engine()
-        dropped = engine.forget_document(name) if engine is not None else 0
-        log.info("document %r deleted (%d cached suggestions dropped)", name[:64], dropped)
+        await ctx.rooms.delete(name, DELETED_REASON)  # on_deleted: e.g. cached suggestions go
+        log.info("document %r deleted", name[:64])
         return JSONResponse({"name": name, "deleted": True})
 
     async def import_(self, request: Request) -> Response:
@@ -207,8 +201,7 @@ class DocumentsApi:
         async with self._version_lock:
             try:
                 async with ctx.rooms.visit(name) as room:
-                    if room.catch_up is not None:  # several nodes: what others acked too
-                        await room.catch_up()
+                    await ctx.hooks.before_read(room)  # several nodes: what others acked too
                     state = room.doc.get_update()
             except DocumentQuarantined as exc:
                 return _error(409, str(exc))

@@ -119,7 +119,8 @@ class RoomManager:
     async def delete(self, name: str, reason: str) -> None:
         """Forget ``name`` in memory and in the store: every attached peer is revoked with
         ``reason``, and an opener arriving meanwhile waits, then loads a fresh empty document.
-        Registered as the name's unload, which is what ``acquire`` already waits for."""
+        Registered as the name's unload, which is what ``acquire`` already waits for. The
+        ``on_deleted`` hooks run once the store has forgotten it."""
         while (pending := self._unloading.get(name)) is not None:  # a real unload: let it end
             await asyncio.shield(pending)
             self._forget_unloading(name, pending)
@@ -127,11 +128,13 @@ class RoomManager:
         self._unloading[name] = task
         task.add_done_callback(lambda t: self._forget_unloading(name, t))
         await asyncio.shield(task)
+        self._hooks.on_deleted(name)
 
     def discard(self, name: str, reason: str) -> asyncio.Task[None]:
         """Forget ``name`` in memory only, as ``delete`` does (peers revoked with ``reason``,
         openers wait and then load afresh): another node deleted it (collab.cluster.node).
-        Registered as the name's unload at once, before this returns."""
+        Registered as the name's unload at once, and the ``on_deleted`` hooks run, before this
+        returns."""
         previous = self._unloading.get(name)
 
         async def run() -> None:
@@ -142,6 +145,7 @@ class RoomManager:
         task = asyncio.ensure_future(run())
         self._unloading[name] = task
         task.add_done_callback(lambda t: self._forget_unloading(name, t))
+        self._hooks.on_deleted(name)
         return task
 
     async def _delete(self, name: str, reason: str, *, stored: bool = True) -> None:

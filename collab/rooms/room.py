@@ -14,7 +14,7 @@ import asyncio
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from pycrdt import Doc
 
@@ -113,12 +113,6 @@ class Room:
         self._resync_asked: set[Peer] = set()
         self.closing = False
         self.on_empty: Callable[[Room], None] | None = None
-        # Scale-out (collab.cluster.node): presence bodies to relay to other nodes, and theirs.
-        self.on_presence: Callable[[bytes], None] | None = None
-        self.remote_presence: Callable[[], list[AwarenessEntry]] | None = None
-        # Brings in what other nodes committed up to now (a read from the shared database):
-        # awaited before a version or a REST read, so they hold every edit acked anywhere.
-        self.catch_up: Callable[[], Awaitable[None]] | None = None
         # Server-side direct connections holding the room loaded (RoomManager.hold).
         self.holders = 0
         # The document was deleted (RoomManager.delete): nothing more is applied or stored.
@@ -137,7 +131,7 @@ class Room:
         self.peers.add(peer)
         self._acks[peer] = AckQueue(peer)
         peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
-        if self.presence.entries or (self.remote_presence and self.remote_presence()):
+        if self.presence.entries or self._hooks.remote_presence(self):
             self.send_presence(peer)
 
     def initial_sync_done(self, peer: Peer) -> None:
@@ -355,8 +349,7 @@ class Room:
         if body is not None:
             # Echo to the sender too: y-websocket clients treat silence as a dead connection.
             self._broadcast(body, exclude=None, sync=False)
-            if self.on_presence is not None:
-                self.on_presence(body)
+            self._hooks.on_presence(self, body)
 
     def send_presence(self, peer: Peer) -> None:
         """Everyone's presence to one peer (a QueryAwareness, or joining); coalesced like step1."""
@@ -366,9 +359,10 @@ class Room:
         peer.send_answer(peer.awareness_header + self.awareness_snapshot(), _PRESENCE_SNAPSHOT)
 
     def awareness_snapshot(self) -> bytes:
-        if self.remote_presence is None:
+        remote = self._hooks.remote_presence(self)  # e.g. other nodes' editors
+        if not remote:
             return self.presence.snapshot()
-        entries = [*self.presence.entries.values(), *self.remote_presence()]
+        entries = [*self.presence.entries.values(), *remote]
         return write_var_uint8_array(encode_awareness(entries))
 
     def broadcast_presence(self, body: bytes) -> None:
@@ -379,8 +373,7 @@ class Room:
         body = self.presence.remove_peer(peer)
         if body is not None:
             self._broadcast(body, exclude=None, sync=False)
-            if self.on_presence is not None:
-                self.on_presence(body)
+            self._hooks.on_presence(self, body)
 
     def _refuse(self, peer: Peer, limit: str, detail: str) -> None:
         refuse(

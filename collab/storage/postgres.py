@@ -7,18 +7,22 @@ writing one database:
   document row's lock (``SELECT ... FOR UPDATE``) in the transaction that inserts it. The lock is
   held to COMMIT, so per document the numbers are gap-free AND commit in number order: a reader
   that has seen seq N and asks for "everything after N" can never miss a lower number that
-  commits later. That is what lets the bus (``collab.cluster.node``) detect gaps and backfill. Row
+  commits later. That is what lets the cluster (``collab.cluster.node``) detect gaps and
+  backfill, through this store's ``SequencedStore`` face (``collab.storage.sequenced``). Row
   locks, not advisory locks: they come with the rows we write anyway, are released by COMMIT or
   by a dead connection, and need no key scheme. A batch locks its documents in name order, so
   two nodes' batches cannot deadlock.
 - Group commit: one writer task takes everything queued (up to ``max_batch``) and runs it in ONE
   transaction; futures resolve only after COMMIT returns, so an awaited append is committed.
+- What this node holds of each document (its *watermark*: own commits, what it loaded, what
+  the bus delivered; the incarnation held) is the node's ledger, given at construction as
+  ``Holdings`` (``collab.storage.sequenced``; ``collab.cluster.ledger`` implements it). The
+  write path reads it and records there what it loads, commits, deletes and adopts.
 - Compaction is one transaction and folds only what the snapshot is known to contain: the
-  caller's document holds every update up to its *watermark* (``SeqWatermark``: own commits,
-  what it loaded, what the bus delivered), so compact deletes ``seq <= watermark`` and records
-  ``snapshot_seq``; a compaction whose watermark is not above the stored ``snapshot_seq`` (a
-  slower node compacting concurrently) changes nothing. Updates another node committed that
-  this node has not seen yet are never folded away.
+  caller's document holds every update up to its watermark, so compact deletes
+  ``seq <= watermark`` and records ``snapshot_seq``; a compaction whose watermark is not above
+  the stored ``snapshot_seq`` (a slower node compacting concurrently) changes nothing. Updates
+  another node committed that this node has not seen yet are never folded away.
 - Deleting a document fences every node that still has it loaded. Each incarnation of a
   document has an *epoch* (``tether_documents.epoch``, from one global sequence, so a document
   created again after a delete always has a higher one) and a delete leaves a tombstone with
@@ -26,8 +30,8 @@ writing one database:
   the tombstone's: anything above it is a new incarnation it may adopt); its appends and
   compactions only land in that incarnation, so a node that has not heard of the delete yet
   cannot write the old content (or edits built on it) into the new document, and its old
-  sequence numbers never mix with the new ones. Such a write fails and ``on_stale`` tells the
-  cluster, which closes the document there as deleted.
+  sequence numbers never mix with the new ones. Such a write fails and the listener's
+  ``stale`` tells the cluster, which closes the document there as deleted.
 - While the database is unreachable the writer retries the batch (nothing is acked meanwhile);
   after ``outage_timeout`` seconds the batch fails with StorageError (a negative ack), and new
   writes fail at once while more than ``queue_bytes`` wait.
@@ -52,6 +56,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from ..runtime.log_redaction import redact, redact_url
+from .sequenced import Backfill, Committed, Holdings, StoreEvents, Watermark
 from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo
 
 log = logging.getLogger(__name__)
@@ -158,49 +163,6 @@ _LINK_ERRORS = (TimeoutError, OSError, asyncpg.InterfaceError)
 _DB_ERRORS = (*_LINK_ERRORS, asyncpg.PostgresError)
 
 OpKind = Literal["append", "compact", "delete"]
-Committed = tuple[str, int, bytes]  # (document, seq, update)
-
-
-class SeqWatermark:
-    """The highest seq W such that a document holds every update numbered <= W, plus the
-    numbers above W it holds already (they arrive out of order: own commits and the bus)."""
-
-    __slots__ = ("ahead", "mark")
-
-    def __init__(self, mark: int = 0) -> None:
-        self.mark = mark
-        self.ahead: set[int] = set()
-
-    def add(self, seq: int) -> None:
-        if seq <= self.mark:
-            return
-        self.ahead.add(seq)
-        while self.mark + 1 in self.ahead:
-            self.mark += 1
-            self.ahead.discard(self.mark)
-
-    def raise_to(self, seq: int) -> None:
-        """Everything up to ``seq`` is held (a snapshot covering it was applied)."""
-        if seq > self.mark:
-            self.mark = seq
-            self.ahead = {s for s in self.ahead if s > seq}
-            while self.mark + 1 in self.ahead:  # a contiguous run above it
-                self.mark += 1
-                self.ahead.discard(self.mark)
-
-    def holds(self, seq: int) -> bool:
-        return seq <= self.mark or seq in self.ahead
-
-
-@dataclass(frozen=True, slots=True)
-class Backfill:
-    """What a document holding everything up to ``after`` lacks: a snapshot if the log it
-    needs was folded away (covering ``snapshot_seq``), then the log entries after that."""
-
-    snapshot: bytes | None
-    snapshot_seq: int
-    updates: list[tuple[int, bytes]] = field(default_factory=list)
-    epoch: int = 0  # the incarnation read (0: the document does not exist)
 
 
 @dataclass(eq=False, slots=True)
@@ -214,14 +176,13 @@ class _Op:
     epoch: int = 0  # the incarnation it must land in, taken when its batch runs (see _expect)
     # compact: what the caller's snapshot holds: the watermark when it called, and its own
     # appends called before (numbered later, when their batches run)
-    held: SeqWatermark | None = None
+    held: Watermark | None = None
     before: list[_Op] = field(default_factory=list)
 
     def upto(self) -> int:
         """compact: the highest seq that the snapshot holds along with everything below it."""
         assert self.held is not None
-        mark = SeqWatermark(self.held.mark)
-        mark.ahead = set(self.held.ahead)
+        mark = self.held.copy()
         for op in self.before:
             if op.seq:
                 mark.add(op.seq)
@@ -239,16 +200,16 @@ class _Row:
 
 
 class PostgresStore(Store):
-    """A Store in one PostgreSQL database, shared by any number of nodes.
+    """A Store in one PostgreSQL database, shared by any number of nodes; ``ledger`` is what
+    this node holds of each document (see the module docstring)."""
 
-    ``on_commit`` (set by the cluster) is called on the event loop with the appends of each
-    committed transaction, in seq order per document, before their futures resolve.
-    """
+    backend = "postgresql"
 
     def __init__(
         self,
         dsn: str,
         *,
+        ledger: Holdings,
         max_batch: int = 1000,
         outage_timeout: float = 30.0,
         queue_bytes: int = 64 * 1024 * 1024,
@@ -260,11 +221,8 @@ class PostgresStore(Store):
             raise ValueError("max_batch must be at least 1")
         self.dsn = dsn
         self.commits = 0
-        self.on_commit: Callable[[list[Committed]], None] | None = None
-        # A delete committed here: (document, the epoch it ended), for the bus.
-        self.on_delete: Callable[[str, int], None] | None = None
-        # A write of ours found its document deleted by another node (see the docstring).
-        self.on_stale: Callable[[str], None] | None = None
+        self._ledger = ledger
+        self._events: StoreEvents | None = None
         self._on_refusal = on_refusal
         self._max_batch = max_batch
         self._outage_timeout = outage_timeout
@@ -279,9 +237,6 @@ class PostgresStore(Store):
         self._writer: asyncpg.Connection | None = None
         self._pool: asyncpg.Pool | None = None
         self._task: asyncio.Task[None] | None = None
-        self._watermarks: dict[str, SeqWatermark] = {}
-        # per document: > 0 the incarnation held here; <= 0 none yet, any above -value is new
-        self._epochs: dict[str, int] = {}
         # document -> the call number of its append that failed: what was called after it
         # fails too, until resume()
         self._fenced: dict[str, int] = {}
@@ -335,39 +290,13 @@ class PostgresStore(Store):
                 await asyncio.wait_for(self._pool.close(), 5)
             self._pool = None
 
-    # -- what the cluster layer reads --------------------------------------------------------
+    # -- what the cluster reads (collab.storage.sequenced.SequencedStore) ----------------------
 
-    def watermark(self, name: str) -> SeqWatermark:
-        mark = self._watermarks.get(name)
-        if mark is None:
-            mark = self._watermarks[name] = SeqWatermark()
-        return mark
+    def sequenced(self) -> Self:
+        return self
 
-    def forget(self, name: str) -> None:
-        """The document is no longer loaded here (after its unload compaction)."""
-        self._watermarks.pop(name, None)
-        self._epochs.pop(name, None)
-
-    def epoch(self, name: str) -> int:
-        """The incarnation held here (> 0), or minus the last deleted one (none adopted yet)."""
-        return self._epochs.get(name, 0)
-
-    def lift_floor(self, name: str, ended: int) -> None:
-        """Incarnation ``ended`` was deleted before this node adopted it: only newer ones."""
-        held = self._epochs.get(name, 0)
-        if held <= 0 and ended > -held:
-            self._epochs[name] = -ended
-
-    def accepts(self, name: str, epoch: int) -> bool:
-        """An update of incarnation ``epoch`` belongs in the document held here; a new
-        incarnation above a tombstone is adopted."""
-        held = self._epochs.get(name, 0)
-        if held > 0:
-            return epoch == held
-        if epoch > -held:
-            self._epochs[name] = epoch
-            return True
-        return False
+    def listen(self, events: StoreEvents | None) -> None:
+        self._events = events
 
     @property
     def queued_bytes(self) -> int:
@@ -427,9 +356,7 @@ class PostgresStore(Store):
                 self._uncommitted.setdefault(name, []).append(op)
             elif kind == "compact":
                 # Read now, at call time: the caller took the snapshot in this same step.
-                held = self.watermark(name)
-                op.held = SeqWatermark(held.mark)
-                op.held.ahead = set(held.ahead)
+                op.held = self._ledger.watermark(name).copy()
                 op.before = list(self._uncommitted.get(name, ()))
             self._queue.put_nowait(op)
         return future
@@ -451,14 +378,12 @@ class PostgresStore(Store):
                     ended = await conn.fetchval(
                         "SELECT epoch FROM tether_tombstones WHERE name = $1", name
                     )
-            self._epochs[name] = int(row["epoch"]) if row is not None else -int(ended or 0)
-            # Exactly what was read (a reload replaces the document: what the old one had
-            # beyond this is backfilled, not assumed).
-            mark = self._watermarks[name] = SeqWatermark()
-            if row is not None:
-                mark.raise_to(int(row["snapshot_seq"]))
-            for entry in rows:
-                mark.add(int(entry["seq"]))
+            self._ledger.loaded(
+                name,
+                int(row["epoch"]) if row is not None else -int(ended or 0),
+                int(row["snapshot_seq"]) if row is not None else 0,
+                (int(entry["seq"]) for entry in rows),
+            )
             head = [] if row is None or row["snapshot"] is None else [bytes(row["snapshot"])]
             return head + [bytes(entry["data"]) for entry in rows]
 
@@ -537,7 +462,7 @@ class PostgresStore(Store):
     # update applied on this node, acked or still queued (acks follow the apply), so no ack
     # can be missing from it and no log order is involved. Edits acked on OTHER nodes are the
     # caller's business: the REST layer catches the document up from PostgreSQL first
-    # (``Room.catch_up``), since the bus may lag.
+    # (the cluster's ``before_read`` hook), since the bus may lag.
     def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
         data = bytes(state)
 
@@ -634,7 +559,7 @@ class PostgresStore(Store):
             try:
                 conn = await self._connection()
                 for op in ops:
-                    op.epoch = self._epochs.get(op.name, 0)
+                    op.epoch = self._ledger.epoch(op.name)
                 results, committed = await _run_batch(conn, ops, time.time())
                 break
             except asyncpg.PostgresError as exc:
@@ -657,24 +582,24 @@ class PostgresStore(Store):
         self.commits += 1
         self._available()
         stale: set[str] = set()
+        ledger, events = self._ledger, self._events
         for op, result in zip(ops, results, strict=True):
             self._settled(op)
             if op.kind == "delete":
-                self._watermarks.pop(op.name, None)  # its numbers start again at 1
-                self._epochs[op.name] = -op.epoch  # what comes next is a new incarnation
-                if op.epoch and self.on_delete is not None:
-                    self.on_delete(op.name, op.epoch)
+                ledger.deleted(op.name, op.epoch)
+                if op.epoch and events is not None:
+                    events.deleted(op.name, op.epoch)
             elif isinstance(result, _Stale):
                 stale.add(op.name)
-            elif op.kind == "append" and self._epochs.get(op.name, 0) <= 0:
-                self._epochs[op.name] = op.epoch  # adopted: the incarnation it landed in
+            elif op.kind == "append":
+                ledger.landed(op.name, op.epoch)
         for name, seq, _ in committed:
-            self.watermark(name).add(seq)
-        if committed and self.on_commit is not None:
+            ledger.committed(name, seq)
+        if committed and events is not None:
             try:
-                self.on_commit(committed)
+                events.committed(committed)
             except Exception:  # the bus must never hold up an ack
-                log.exception("on_commit failed")
+                log.exception("telling the listener of commits failed")
         for op, result in zip(ops, results, strict=True):
             if op.future.done():
                 continue
@@ -686,8 +611,8 @@ class PostgresStore(Store):
                 op.future.set_result(result)
         for name in stale:
             log.warning("document %r was deleted by another node; closing it here", name)
-            if self.on_stale is not None:
-                self.on_stale(name)
+            if events is not None:
+                events.stale(name)
 
     def _settle_failed(self, ops: list[_Op], exc: BaseException) -> None:
         for op in ops:

@@ -113,6 +113,8 @@ class _Op:
 class SQLiteStore(Store):
     """A durable Store in one SQLite file; ``commits`` counts the write transactions so far."""
 
+    backend = "sqlite"
+
     def __init__(
         self, path: str | Path, *, synchronous: str = "FULL", max_batch: int = 1000
     ) -> None:

@@ -11,6 +11,10 @@ that enqueue at once and return a coroutine yielding the result, so ``await stor
 update and calls ``append`` in the same event-loop step knows exactly which appends a later
 ``compact`` folds away. Cancelling the await does not withdraw a write that was already called.
 
+Several nodes sharing one database: a store that numbers its updates for them says so by
+returning its ``SequencedStore`` face from ``sequenced()`` (``collab.storage.sequenced``); the
+others return None. ``backend`` is the name ``/health`` gives the store.
+
 Versions (named snapshots, ``add_version``/``list_versions``/``load_version``): a document's
 state saved under a label and a time, kept until the document is deleted (``delete`` forgets
 them too). They are optional for a backend: the base class refuses them with StorageError, so
@@ -26,7 +30,10 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, NoReturn, Self, TypeVar
+
+if TYPE_CHECKING:
+    from .sequenced import SequencedStore
 
 T = TypeVar("T")
 
@@ -65,6 +72,8 @@ class Store(ABC):
     Writes are ordered by call (see the module docstring); reads see every write whose
     await has returned.
     """
+
+    backend: ClassVar[str] = "memory"  # what /health calls it: a host's own store too, as before
 
     @abstractmethod
     async def __aenter__(self) -> Self:
@@ -114,6 +123,10 @@ class Store(ABC):
     @abstractmethod
     async def info(self, name: str) -> DocumentInfo | None:
         """The document's info, or None if it is not stored."""
+
+    def sequenced(self) -> SequencedStore | None:
+        """What the store offers several nodes sharing it, or None (a store of one node)."""
+        return None
 
     # -- versions: optional (see the module docstring) ------------------------------------------
 

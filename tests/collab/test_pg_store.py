@@ -7,13 +7,16 @@ database stand for two nodes.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import anyio
 import asyncpg
 import pytest
 
 from tether.collab.bench.engines import PostgresServer
-from tether.collab.storage.postgres import PostgresStore, SeqWatermark
+from tether.collab.cluster.ledger import Ledger
+from tether.collab.storage.postgres import PostgresStore
+from tether.collab.storage.sequenced import Committed
 from tether.collab.storage.store import StorageError
 
 TIMEOUT = 30
@@ -45,24 +48,36 @@ async def _stored(dsn: str, name: str) -> list[bytes]:
     return head + [data for _, data in await _rows(dsn, name)]
 
 
-def test_a_watermark_advances_only_over_a_contiguous_run():
-    mark = SeqWatermark()
-    for seq in (2, 3, 5):
-        mark.add(seq)
-    assert mark.mark == 0 and mark.holds(5) and not mark.holds(4)
-    mark.add(1)
-    assert mark.mark == 3
-    mark.raise_to(4)
-    assert mark.mark == 5 and not mark.ahead
+def node(dsn: str, **options: Any) -> PostgresStore:
+    """A store standing for one node: its own ledger of what it holds."""
+    return PostgresStore(dsn, ledger=Ledger(), **options)
+
+
+class Listener:
+    """A store's listener (StoreEvents) that records what it is told, commits as (node, seq)."""
+
+    def __init__(self, node: str, seen: list[tuple[str, int]]) -> None:
+        self.node = node
+        self.seen = seen
+        self.deletes: list[tuple[str, int]] = []
+
+    def committed(self, items: list[Committed]) -> None:
+        self.seen.extend((self.node, seq) for _, seq, _ in items)
+
+    def deleted(self, name: str, epoch: int) -> None:
+        self.deletes.append((name, epoch))
+
+    def stale(self, name: str) -> None:
+        pass
 
 
 @pytest.mark.anyio
 async def test_two_nodes_appending_one_document_get_one_gap_free_sequence(pg_dsn):
     with anyio.fail_after(TIMEOUT):
-        async with PostgresStore(pg_dsn) as one, PostgresStore(pg_dsn) as two:
+        async with node(pg_dsn) as one, node(pg_dsn) as two:
             seen: list[tuple[str, int]] = []
-            one.on_commit = lambda items: seen.extend(("one", s) for _, s, _ in items)
-            two.on_commit = lambda items: seen.extend(("two", s) for _, s, _ in items)
+            one.listen(Listener("one", seen))
+            two.listen(Listener("two", seen))
             writes = []
             for i in range(200):
                 writes.append(one.append("doc", f"a{i}".encode()))
@@ -78,9 +93,33 @@ async def test_two_nodes_appending_one_document_get_one_gap_free_sequence(pg_dsn
 
 
 @pytest.mark.anyio
+async def test_the_write_path_records_in_the_nodes_ledger_and_tells_its_listener(pg_dsn):
+    ledger = Ledger()
+    seen: list[tuple[str, int]] = []
+    listener = Listener("one", seen)
+    with anyio.fail_after(TIMEOUT):
+        async with PostgresStore(pg_dsn, ledger=ledger) as store:
+            store.listen(listener)
+            assert await store.load("doc") == [] and ledger.epoch("doc") == 0
+            await store.append("doc", b"1")
+            await store.append("doc", b"2")
+            epoch = ledger.epoch("doc")
+            assert epoch > 0 and ledger.watermark("doc").mark == 2  # adopted, and held
+            assert seen == [("one", 1), ("one", 2)]
+            await store.delete("doc")
+            assert ledger.epoch("doc") == -epoch and ledger.watermark("doc").mark == 0
+            assert listener.deletes == [("doc", epoch)]
+            await store.append("doc", b"new")
+            assert ledger.epoch("doc") > epoch and ledger.watermark("doc").mark == 1
+            store.listen(None)
+            await store.append("doc", b"unheard")
+            assert seen[-1] == ("one", 1)
+
+
+@pytest.mark.anyio
 async def test_compaction_never_folds_what_another_node_committed_unseen(pg_dsn):
     with anyio.fail_after(TIMEOUT):
-        async with PostgresStore(pg_dsn) as one, PostgresStore(pg_dsn) as two:
+        async with node(pg_dsn) as one, node(pg_dsn) as two:
             assert await one.load("doc") == [] and await two.load("doc") == []
             await one.append("doc", b"from-one")  # seq 1: one holds it
             await two.append("doc", b"from-two")  # seq 2: one has not seen it
@@ -93,7 +132,7 @@ async def test_compaction_never_folds_what_another_node_committed_unseen(pg_dsn)
 @pytest.mark.anyio
 async def test_two_nodes_compacting_concurrently_lose_nothing(pg_dsn):
     with anyio.fail_after(TIMEOUT):
-        async with PostgresStore(pg_dsn) as one, PostgresStore(pg_dsn) as two:
+        async with node(pg_dsn) as one, node(pg_dsn) as two:
             await one.load("doc")
             await two.load("doc")
             for round_ in range(20):
@@ -119,7 +158,7 @@ async def test_two_nodes_compacting_concurrently_lose_nothing(pg_dsn):
 @pytest.mark.anyio
 async def test_a_backfill_after_compaction_brings_the_snapshot_and_the_rest(pg_dsn):
     with anyio.fail_after(TIMEOUT):
-        async with PostgresStore(pg_dsn) as store:
+        async with node(pg_dsn) as store:
             await store.load("doc")
             for data in (b"1", b"2", b"3"):
                 await store.append("doc", data)
@@ -143,7 +182,7 @@ async def test_no_append_is_acked_while_the_database_is_down_and_they_commit_whe
     postgres = own_postgres
     dsn = postgres.create_database("outage")
     with anyio.fail_after(90):
-        async with PostgresStore(dsn, outage_timeout=60) as store:
+        async with node(dsn, outage_timeout=60) as store:
             await store.append("doc", b"before")
             postgres.stop()
             try:
@@ -170,7 +209,7 @@ async def test_an_outage_longer_than_the_timeout_fails_the_writes_clearly(
     postgres = own_postgres
     dsn = postgres.create_database("outage_timeout")
     with anyio.fail_after(60):
-        async with PostgresStore(dsn, outage_timeout=0.5) as store:
+        async with node(dsn, outage_timeout=0.5) as store:
             await store.append("doc", b"before")
             postgres.stop()
             try:
@@ -194,7 +233,7 @@ async def test_writes_beyond_store_queue_bytes_fail_at_once_while_the_database_i
     dsn = postgres.create_database("backlog")
     refused: list[str] = []
     with anyio.fail_after(60):
-        async with PostgresStore(
+        async with node(
             dsn, outage_timeout=60, queue_bytes=1000, on_refusal=refused.append
         ) as store:
             await store.append("doc", b"before")

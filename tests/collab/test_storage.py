@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from tether.collab.cluster.ledger import Ledger
 from tether.collab.storage import sqlite as sqlite_store
 from tether.collab.storage.postgres import PostgresStore
 from tether.collab.storage.sqlite import SCHEMA_VERSION, SQLiteStore
@@ -41,7 +42,7 @@ def make_store(request: pytest.FixtureRequest, db_path: Path) -> Callable[[], St
         return MemoryStore
     if request.param == "postgres":
         dsn = request.getfixturevalue("pg_dsn")  # only these tests need a PostgreSQL
-        return lambda: PostgresStore(dsn)
+        return lambda: PostgresStore(dsn, ledger=Ledger())
     return lambda: SQLiteStore(db_path)
 
 

@@ -19,6 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from tether import AuthError, AuthRequest, ConnectionInfo, Grant, Settings, TetherServer
+from tether.protocol.sync import AwarenessEntry
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int, required=True)
@@ -101,6 +102,18 @@ class Events:
     async def on_unload(self, room: Any) -> None:
         recorder.record(f"unload {room.name} text={str(room.doc.get('content', type=Text))!r}")
 
+    def on_presence(self, room: Any, body: bytes) -> None:
+        recorder.record(f"presence {room.name}")
+
+    def remote_presence(self, room: Any) -> list[AwarenessEntry]:
+        return [AwarenessEntry(900, 1, '{"name":"elsewhere"}')]  # e.g. another node's editor
+
+    async def before_read(self, room: Any) -> None:
+        recorder.record(f"before_read {room.name}")
+
+    def on_deleted(self, name: str) -> None:
+        recorder.record(f"deleted {name}")
+
 
 class Broken:
     """Fails in every hook: tether must log it and go on (later extensions still run)."""
@@ -128,6 +141,18 @@ class Broken:
 
     async def on_unload(self, room: Any) -> None:
         raise RuntimeError("broken on_unload")
+
+    def on_presence(self, room: Any, body: bytes) -> None:
+        raise RuntimeError("broken on_presence")
+
+    def remote_presence(self, room: Any) -> list[AwarenessEntry]:
+        raise RuntimeError("broken remote_presence")
+
+    async def before_read(self, room: Any) -> None:
+        raise RuntimeError("broken before_read")
+
+    def on_deleted(self, name: str) -> None:
+        raise RuntimeError("broken on_deleted")
 
 
 recorder = Recorder()
