@@ -31,7 +31,7 @@ class Settings:
     cors_origins: str = ""
     webhook_url: str = ""
     webhook_secret: str = ""
-    webhook_events: str = "change,store"
+    webhook_events: str = "change,store,delete"
     webhook_debounce: float = 2.0
     # /metrics: with a token, only "Authorization: Bearer <token>" may read it (from anywhere);
     # without one, only loopback clients may (a scraper on the host, or behind a local proxy).
@@ -261,9 +261,11 @@ class Settings:
             raise ValueError("http_heartbeat, http_poll_timeout, http_session_timeout must be > 0")
         if self.webhook_url and not self.webhook_url.startswith(("http://", "https://")):
             raise ValueError("webhook_url must be an http:// or https:// URL")
-        unknown = set(self.webhook_events.split(",")) - {"change", "store"}
+        unknown = set(self.webhook_events.split(",")) - {"change", "store", "delete"}
         if self.webhook_url and unknown:
-            raise ValueError(f"webhook_events takes change and store; not {sorted(unknown)}")
+            raise ValueError(
+                f"webhook_events takes change, store and delete; not {sorted(unknown)}"
+            )
         if self.webhook_debounce < 0:
             raise ValueError("webhook_debounce must be >= 0")
         if self.idle_timeout <= self.ping_interval:

@@ -335,7 +335,11 @@ GROUPS: tuple[Group, ...] = (
                 "SECRET",
                 "HMAC-SHA256 key for the Tether-Signature header; prefer TETHER_WEBHOOK_SECRET",
             ),
-            ("webhook_events", "EVENTS", "which notices: change, store, or both (comma-separated)"),
+            (
+                "webhook_events",
+                "EVENTS",
+                "which notices: change, store, delete (comma-separated)",
+            ),
             (
                 "webhook_debounce",
                 "SECONDS",

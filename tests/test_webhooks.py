@@ -8,6 +8,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.rawpeer import MuxPeer
@@ -106,3 +107,34 @@ async def test_a_failing_receiver_is_retried_until_it_takes_the_notice(tmp_path:
                 await receiver.wait_for(3)
             assert [json.loads(b)["event"] for _, b in receiver.posts] == ["store"] * 3
             assert SIGNATURE_HEADER.lower() not in receiver.posts[0][0]  # no secret, no signature
+
+
+async def test_a_delete_cancels_pending_notices_and_sends_a_delete_event(tmp_path: Path) -> None:
+    """Issue 26, finding 12: a deleted document's text reached the webhook after DELETE
+    returned (debounced change/store notices still pending), and there was no delete event."""
+    async with Receiver() as receiver:
+        settings = {"webhook_url": receiver.url, "webhook_debounce": 1.0}
+        with ServerProcess(tmp_path, **settings) as server:
+            async with await MuxPeer.connect(server.ws_url) as peer:
+                doc = await peer.open("doomed", server.token())
+                await doc.append("secret draft")
+                await doc.wait_acked()  # change and store notices armed, 1 s away
+                async with httpx.AsyncClient(base_url=server.http_url) as http:
+                    auth = {"Authorization": f"Bearer {server.token()}"}
+                    deleted = await http.delete("/api/documents/doomed", headers=auth)
+                    assert deleted.status_code == 200
+                await receiver.wait_for(1)
+                after = await http_get_after(receiver, 2.0)
+        events = [json.loads(body) for _, body in receiver.posts]
+        assert [e["event"] for e in events] == ["delete"], events
+        assert events[0]["document"] == "doomed" and events[0]["text"] == ""
+        assert after == 1  # the debounced change/store notices never came
+
+
+async def http_get_after(receiver: Receiver, seconds: float) -> int:
+    """How many notices the receiver has once the debounce window has surely passed."""
+    try:
+        await receiver.wait_for(len(receiver.posts) + 1, timeout=seconds)
+    except TimeoutError:
+        pass  # nothing more arrived in the window: what the test hopes
+    return len(receiver.posts)

@@ -8,6 +8,10 @@ without pause is still delivered every ``max_wait`` seconds. A delivery is JSON
 secret (``Tether-Signature: sha256=<hex>``, as GitHub signs), retried on a network error or a
 5xx with backoff. At most one delivery per document and event is pending at a time, so memory
 is bounded by the documents loaded, whatever a burst of edits looks like.
+
+Deleting a document (``on_deleted``, here or on another node) cancels what is pending for it, so
+its text never reaches the receiver after the delete, and sends a ``delete`` event (``"text"``
+empty) when that event is asked for.
 """
 
 from __future__ import annotations
@@ -59,9 +63,10 @@ class WebhookExtension:
     max_wait: float = 10.0
     attempts: int = 4
     timeout: float = 10.0
-    events: tuple[str, ...] = ("change", "store")
+    events: tuple[str, ...] = ("change", "store", "delete")
     metrics: Metrics | None = None
     _pending: dict[tuple[str, str], _Pending] = field(default_factory=dict)
+    _deletes: set[asyncio.Task[None]] = field(default_factory=set)
     _client: httpx.AsyncClient | None = None
 
     @classmethod
@@ -85,6 +90,23 @@ class WebhookExtension:
 
     def after_store(self, room: Any, update: bytes) -> None:
         self._arm("store", room)
+
+    def on_deleted(self, name: str) -> None:
+        for event in ("change", "store"):
+            pending = self._pending.pop((event, name), None)
+            if pending is None:
+                continue
+            if pending.timer is not None:
+                pending.timer.cancel()
+            if pending.sending is not None:
+                pending.sending.cancel()
+        if "delete" in self.events:
+            body = json.dumps(
+                {"event": "delete", "document": name, "text": "", "at": time.time()}
+            ).encode()
+            task = asyncio.ensure_future(self._post("delete", name, body))
+            self._deletes.add(task)
+            task.add_done_callback(self._deletes.discard)
 
     async def on_unload(self, room: Any) -> None:
         # The document is about to leave memory: send what is armed for it now, with its text.
@@ -113,13 +135,17 @@ class WebhookExtension:
                 with contextlib.suppress(BaseException):
                     await pending.sending
         self._pending.clear()
+        if self._deletes:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.timeout):
+                    await asyncio.gather(*self._deletes, return_exceptions=True)
         if self._client is not None:
             await self._client.aclose()
 
     # ---- debouncing ----------------------------------------------------------------------
 
     def _arm(self, event: str, room: Any) -> None:
-        if event not in self.events:
+        if event not in self.events or getattr(room, "deleted", False):
             return
         key = (event, room.name)
         now = time.monotonic()
@@ -147,6 +173,9 @@ class WebhookExtension:
         key = (event, name)
         pending = self._pending.get(key)
         if pending is None:
+            return
+        if getattr(pending.room, "deleted", False):  # deleted while its timer ran
+            del self._pending[key]
             return
         body = json.dumps(
             {
