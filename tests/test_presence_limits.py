@@ -228,3 +228,35 @@ async def test_with_auth_none_every_connection_is_one_subject_and_may_take_any_i
                 await a.wait(lambda: 6001 in a.awareness, what="one's presence")
                 await other.send_awareness(name, entries((6001, 2, state("other"))))
                 await a.wait(lambda: "other" in a.awareness.get(6001, ""), what="the takeover")
+
+
+async def test_after_a_restart_a_reader_cannot_take_the_id_a_writer_typed_under(tmp_path):
+    """Issue 26, finding 11: claims live in memory, so after a restart a readonly attacker who
+    showed a victim's client id first kept it for an hour. An id with clocks in the document's
+    history is a writer's: a reader is refused it, bound or not."""
+    name = unique("restarted")
+    with ServerProcess(tmp_path) as server:
+        alice = make_token(server.secret, [name], subject="alice")
+        mallory = make_token(server.secret, [name], subject="mallory", scope="readonly")
+        with anyio.fail_after(30):
+            async with await MuxPeer.connect(server.ws_url) as writer:
+                doc = await writer.open(name, alice)
+                await doc.append("typed by alice")
+                await doc.wait_acked()
+                victim_id = doc.doc.client_id
+            server.restart()
+            async with (
+                await MuxPeer.connect(server.ws_url) as watching,
+                await MuxPeer.connect(server.ws_url) as attacker,
+            ):
+                w = await watching.open(name, server.token([name]))
+                await attacker.open(name, mallory)
+                await attacker.send_awareness(name, entries((victim_id, 1, state("mallory"))))
+                await attacker.send_awareness(name, entries((424_777, 1, state("mallory-own"))))
+                await w.wait(lambda: 424_777 in w.awareness, what="the attacker's own presence")
+                assert victim_id not in w.awareness, "a reader took the writer's id"
+                async with await MuxPeer.connect(server.ws_url) as back:
+                    await back.open(name, alice)
+                    await back.send_awareness(name, entries((victim_id, 2, state("alice"))))
+                    await w.wait(lambda: victim_id in w.awareness, what="the writer's return")
+        assert await refusals(server, "presence_owner") >= 1

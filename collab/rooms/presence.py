@@ -18,6 +18,12 @@ leaves, ``ClaimRegistry`` keeps the id bound to its subject, at the clock it lef
 ``presence_claim_ttl`` seconds: nobody else can claim an offline editor's id, and a late echo
 cannot bring it back. With ``--auth none`` every connection is the subject "anonymous": any
 connection may take any id over by raising its clock, as anyone may edit anything.
+
+Bindings live in memory, so after a restart the first subject to show an id binds it. An id
+that has written to the document (``authored``: it has clocks in the document's history) is
+never bound by a readonly connection then: a reader could not have written under it, so only
+its author, or another writer, can be the one showing it (a readonly attacker who showed a
+victim's id first after a restart kept it for an hour: issue 26, finding 11).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ class Presence:
         limits: PresenceLimits | None = None,
         claims: ClaimRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        authored: Callable[[int], bool] | None = None,
     ) -> None:
         self.entries: dict[int, AwarenessEntry] = {}
         self._document = document
@@ -62,6 +69,7 @@ class Presence:
         self.limits = limits or PresenceLimits()
         self._claims = claims or ClaimRegistry(3600.0, 4096, 256)
         self._clock = clock
+        self._authored = authored
         self._owner: dict[int, Peer] = {}
         self._sizes: dict[int, int] = {}
         self._bytes = 0
@@ -154,6 +162,8 @@ class Presence:
             return _ALLOWED
         held = self._claims.holder(self._key, entry.client_id, now)
         if held is None:
+            if not peer.writable and self._authored is not None and self._authored(entry.client_id):
+                return _REFUSED  # a reader showing a writer's id (see the module's docstring)
             return _ALLOWED
         holder, clock = held
         if holder != subject:

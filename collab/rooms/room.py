@@ -95,7 +95,7 @@ class Room:
         self.settings = settings
         self.doc = doc
         self.peers: set[Peer] = set()
-        self.presence = Presence(name, metrics, settings.presence, claims)
+        self.presence = Presence(name, metrics, settings.presence, claims, authored=self._authored)
         self._hooks = hooks
         self._metrics = metrics
         self._acks: dict[Peer, AckQueue] = {}
@@ -117,6 +117,10 @@ class Room:
         self.holders = 0
         # The document was deleted (RoomManager.delete): nothing more is applied or stored.
         self.deleted = False
+
+    def _authored(self, client_id: int) -> bool:
+        """Whether ``client_id`` has written to this document (presence asks, for readers)."""
+        return client_id in self.guard.known_clocks
 
     @property
     def awareness(self) -> dict[int, AwarenessEntry]:
