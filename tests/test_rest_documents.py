@@ -353,6 +353,32 @@ async def test_versions_refuse_bad_input_and_readonly_writers(
     assert (await api.request("GET", "/api/documents/vers", headers=other)).status_code == 403
 
 
+async def test_the_listing_is_paged_and_reads_only_under_the_tokens_patterns(
+    server: ServerProcess, api: Checked
+) -> None:
+    """Issue 26, item 9: any token's listing scanned every document of the store."""
+    for name in ("paged/1", "paged/2", "paged/3", "paged/sub/4", "pagedx", "zz-other"):
+        await api.request(
+            "PUT", f"/api/documents/{name}", content=update_with_text("p"), headers=OCTETS
+        )
+    scoped = auth(server.token(["paged/**"]))
+    names: list[str] = []
+    after = ""
+    for _ in range(10):
+        page = await api.request(
+            "GET", f"/api/documents?limit=2&after={quote(after)}", headers=scoped
+        )
+        body = page.json()
+        assert len(body["documents"]) <= 2
+        names += [d["name"] for d in body["documents"]]
+        if body["next"] is None:
+            break
+        after = body["next"]
+    assert names == ["paged/1", "paged/2", "paged/3", "paged/sub/4"]
+    for bad in ("0", "1001", "x", "²"):
+        assert (await api.request("GET", f"/api/documents?limit={bad}")).status_code == 400
+
+
 # ---- the description and the small things -------------------------------------------------
 
 

@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..auth.tokens import Grant
-from ..connection.context import ServerContext, valid_document_name
+from ..connection.context import MAX_DOCUMENT_NAME, ServerContext, valid_document_name
 from ..rooms.direct import TEXT_NAME
 from ..rooms.document_edits import (
     ImportRefused,
@@ -45,6 +45,7 @@ log = logging.getLogger("tether.rest")
 DELETED_REASON = "document deleted"
 FORMATS = ("json", "text", "markdown", "yjs")
 MAX_LABEL_CHARS = 200
+LIST_LIMIT = 1000
 _EMPTY_STATE = b"\x00"  # the state vector of a document with nothing in it
 _MAX_LOGGED = 1024
 
@@ -75,12 +76,23 @@ class DocumentsApi:
     # ---- /api/documents ------------------------------------------------------------------------
 
     async def list_documents(self, request: Request) -> Response:
-        """The stored documents this token may open."""
+        """The stored documents this token may open, a page at a time: ``?limit=`` (at most
+        and by default 1000) from ``?after=<name>``; ``next`` is the cursor of the next page
+        (null on the last). Only names under the token's patterns' common literal prefix are
+        read, and a page reads at most ``limit`` rows, however big the store."""
         grant = await self._grant_of(request, None)
         if grant is None:
             return _error(401, "missing, invalid or expired token")
+        raw_limit = request.query_params.get("limit")
+        limit = LIST_LIMIT if raw_limit is None else parse_counter(raw_limit)
+        if limit is None or not 1 <= limit <= LIST_LIMIT:
+            return _error(400, f"'limit' must be a number from 1 to {LIST_LIMIT}")
+        after = request.query_params.get("after", "")
+        if len(after) > MAX_DOCUMENT_NAME:
+            return _error(400, "'after' must be a document name")
         ctx = self._context()
-        infos = await ctx.store.list_documents()
+        prefix = _literal_prefix(grant.patterns)
+        infos = await ctx.store.list_documents(prefix=prefix, after=after, limit=limit)
         listed = [
             {
                 "name": info.name,
@@ -92,7 +104,8 @@ class DocumentsApi:
             for info in infos
             if grant.allows(info.name)
         ]
-        return JSONResponse({"documents": listed})
+        following = infos[-1].name if len(infos) == limit else None
+        return JSONResponse({"documents": listed, "next": following})
 
     # ---- /api/documents/{name} -----------------------------------------------------------------
 
@@ -387,6 +400,19 @@ def _version_json(info: VersionInfo) -> dict[str, Any]:
 
 def _content_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+def _literal_prefix(patterns: tuple[str, ...]) -> str:
+    """What every name a grant allows starts with: the patterns' text before their first
+    wildcard, in common ("" for a token of everything)."""
+    literals = [re.split(r"[*?\[]", pattern, maxsplit=1)[0] for pattern in patterns]
+    if not literals:
+        return ""
+    first, last = min(literals), max(literals)  # the common prefix of all is theirs
+    size = 0
+    while size < min(len(first), len(last)) and first[size] == last[size]:
+        size += 1
+    return first[:size]
 
 
 def _is_unicode_text(text: str) -> bool:

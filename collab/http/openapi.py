@@ -83,8 +83,10 @@ SCHEMAS: dict[str, Any] = {
     },
     "DocumentList": {
         "type": "object",
-        "required": ["documents"],
+        "required": ["documents", "next"],
         "properties": {
+            # The cursor of the next page (?after=), null on the last one.
+            "next": {"type": ["string", "null"]},
             "documents": {
                 "type": "array",
                 "items": {
@@ -99,7 +101,7 @@ SCHEMAS: dict[str, Any] = {
                         "loaded": {"type": "boolean"},
                     },
                 },
-            }
+            },
         },
     },
     "Document": {
@@ -196,8 +198,24 @@ PATHS: dict[str, Any] = {
     },
     "/api/documents": {
         "get": {
-            "summary": "The stored documents this token may open",
-            "responses": {"200": _json("DocumentList", "sorted by name"), **_errors(401)},
+            "summary": "The stored documents this token may open, a page at a time",
+            "parameters": [
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": 1000, "default": 1000},
+                },
+                {
+                    "name": "after",
+                    "in": "query",
+                    "description": "the last name of the previous page (its 'next')",
+                    "schema": {"type": "string"},
+                },
+            ],
+            "responses": {
+                "200": _json("DocumentList", "sorted by name"),
+                **_errors(400, 401),
+            },
         }
     },
     "/api/documents/{name}": {

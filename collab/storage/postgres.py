@@ -57,7 +57,7 @@ import asyncpg
 
 from ..runtime.log_redaction import redact, redact_url
 from .sequenced import Backfill, Committed, Holdings, StoreEvents, Watermark
-from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo
+from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, names_from
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +154,12 @@ _INSERT_UPDATES = """INSERT INTO tether_updates (name, seq, data)
     SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])"""
 _SAVE_ROW = """UPDATE tether_documents SET last_seq = $2, snapshot_seq = $3, log_entries = $4,
     log_bytes = $5, updated_at = $6 WHERE name = $1"""
+# Names compare and sort by code point (COLLATE "C"), as in SQLite and in memory, whatever the
+# database's locale: a page's cursor means the same on every store.
 _INFO = """SELECT name, created_at, updated_at, log_entries,
         COALESCE(LENGTH(snapshot), 0) + log_bytes
-    FROM tether_documents {where} ORDER BY name"""
+    FROM tether_documents {where} ORDER BY name COLLATE "C"
+"""
 
 # The link failed (refused, cut, timed out) vs. anything the server said.
 _LINK_ERRORS = (TimeoutError, OSError, asyncpg.InterfaceError)
@@ -443,9 +446,18 @@ class PostgresStore(Store):
 
         return await self._read(query)
 
-    async def list_documents(self) -> list[DocumentInfo]:
+    async def list_documents(
+        self, *, prefix: str = "", after: str = "", limit: int | None = None
+    ) -> list[DocumentInfo]:
+        low, high = names_from(prefix)
+        where = 'WHERE name COLLATE "C" > $1 AND name COLLATE "C" >= $2' + (
+            ' AND name COLLATE "C" < $3' if high is not None else ""
+        )
+        args: list[Any] = [after, low] + ([high] if high is not None else [])
+        sql = _INFO.format(where=where) + (f" LIMIT {int(limit)}" if limit is not None else "")
+
         async def query(conn: asyncpg.Connection) -> list[DocumentInfo]:
-            return [_info(r) for r in await conn.fetch(_INFO.format(where=""))]
+            return [_info(r) for r in await conn.fetch(sql, *args) if r["name"].startswith(prefix)]
 
         return await self._read(query)
 

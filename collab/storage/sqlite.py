@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Self, TypeVar
 
-from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo
+from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, names_from
 
 T = TypeVar("T")
 
@@ -97,6 +97,15 @@ _INFO = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
         + COALESCE(SUM(LENGTH(u.data)), 0)
     FROM documents AS d LEFT JOIN updates AS u ON u.name = d.name
     {where} GROUP BY d.name ORDER BY d.name"""
+# A page of documents first (the primary key's range, then LIMIT), and only then their logs'
+# counts and sizes: listing no longer sums every update row of the store (issue 26, item 9).
+_PAGE = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
+        COALESCE((SELECT LENGTH(s.data) FROM snapshots AS s WHERE s.name = d.name), 0)
+        + COALESCE(SUM(LENGTH(u.data)), 0)
+    FROM (SELECT name, created_at, updated_at FROM documents
+          WHERE name > ? AND name >= ? {upper} ORDER BY name LIMIT ?) AS d
+    LEFT JOIN updates AS u ON u.name = d.name
+    GROUP BY d.name ORDER BY d.name"""
 
 OpKind = Literal["append", "compact", "delete", "version", "resume"]
 
@@ -138,8 +147,12 @@ class SQLiteStore(Store):
         # Daemon: a store left unclosed must not hang interpreter exit, and dying mid-commit is
         # safe because nothing was acknowledged for an uncommitted transaction.
         self._thread = threading.Thread(target=self._writer_main, name="tether-sqlite", daemon=True)
+        # Two read connections: loads and infos on one, listings and versions (which may
+        # take longer) on the other, so a listing never makes a document's load wait.
         self._reader: sqlite3.Connection | None = None
         self._read_lock = threading.Lock()
+        self._lister: sqlite3.Connection | None = None
+        self._list_lock = threading.Lock()
 
     # -- lifecycle (event-loop side) ---------------------------------------------------------
 
@@ -151,6 +164,7 @@ class SQLiteStore(Store):
         try:
             await asyncio.wrap_future(self._ready)
             self._reader = await asyncio.to_thread(_open_reader, self.path)
+            self._lister = await asyncio.to_thread(_open_reader, self.path)
         except BaseException as exc:
             self._queue.put(None)  # the writer (if it started) exits on its own
             if isinstance(exc, sqlite3.Error | OSError):
@@ -172,6 +186,10 @@ class SQLiteStore(Store):
             if self._reader is not None:
                 self._reader.close()
                 self._reader = None
+        with self._list_lock:
+            if self._lister is not None:
+                self._lister.close()
+                self._lister = None
 
     # -- writes (event-loop side) ------------------------------------------------------------
 
@@ -217,8 +235,11 @@ class SQLiteStore(Store):
     async def load(self, name: str) -> list[bytes]:
         return await self._read(_load, name)
 
-    async def list_documents(self) -> list[DocumentInfo]:
-        return [self._touched(info) for info in await self._read(_list_documents)]
+    async def list_documents(
+        self, *, prefix: str = "", after: str = "", limit: int | None = None
+    ) -> list[DocumentInfo]:
+        page = await self._read(_list_documents, prefix, after, limit, slow=True)
+        return [self._touched(info) for info in page]
 
     async def info(self, name: str) -> DocumentInfo | None:
         info = await self._read(_info, name)
@@ -232,22 +253,24 @@ class SQLiteStore(Store):
         return dataclasses.replace(info, updated_at=pending)
 
     async def list_versions(self, name: str) -> list[VersionInfo]:
-        return await self._read(_list_versions, name)
+        return await self._read(_list_versions, name, slow=True)
 
     async def load_version(self, name: str, version: int) -> bytes | None:
         return await self._read(_load_version, name, version)
 
-    async def _read(self, query: Callable[..., T], *args: Any) -> T:
+    async def _read(self, query: Callable[..., T], *args: Any, slow: bool = False) -> T:
         if self._state != "open":
             raise StorageError(f"cannot read: the store is {self._state}")
-        return await asyncio.to_thread(self._read_locked, query, *args)
+        return await asyncio.to_thread(self._read_locked, query, args, slow)
 
-    def _read_locked(self, query: Callable[..., T], *args: Any) -> T:
-        with self._read_lock:  # one thread at a time on the read connection
-            if self._reader is None:
+    def _read_locked(self, query: Callable[..., T], args: tuple[Any, ...], slow: bool) -> T:
+        lock = self._list_lock if slow else self._read_lock
+        with lock:  # one thread at a time on each read connection
+            conn = self._lister if slow else self._reader
+            if conn is None:
                 raise StorageError("cannot read: the store is closed")
             try:
-                return query(self._reader, *args)
+                return query(conn, *args)
             except sqlite3.Error as exc:
                 raise StorageError(f"read failed: {exc}") from exc
 
@@ -672,5 +695,13 @@ def _load_version(conn: sqlite3.Connection, name: str, version: int) -> bytes | 
     return None if row is None else bytes(row[0])
 
 
-def _list_documents(conn: sqlite3.Connection) -> list[DocumentInfo]:
-    return [DocumentInfo(*row) for row in conn.execute(_INFO.format(where=""))]
+def _list_documents(
+    conn: sqlite3.Connection, prefix: str, after: str, limit: int | None
+) -> list[DocumentInfo]:
+    low, high = names_from(prefix)
+    count = -1 if limit is None else limit  # SQLite's LIMIT -1: no limit
+    if high is None:
+        rows = conn.execute(_PAGE.format(upper=""), (after, low, count))
+    else:
+        rows = conn.execute(_PAGE.format(upper="AND name < ?"), (after, low, high, count))
+    return [DocumentInfo(*row) for row in rows if row[0].startswith(prefix)]

@@ -117,8 +117,12 @@ class Store(ABC):
         """Forget the document: its snapshot, its log and its info."""
 
     @abstractmethod
-    async def list_documents(self) -> list[DocumentInfo]:
-        """Every stored document, sorted by name."""
+    async def list_documents(
+        self, *, prefix: str = "", after: str = "", limit: int | None = None
+    ) -> list[DocumentInfo]:
+        """Stored documents by name: those starting with ``prefix`` and sorting after
+        ``after``, at most ``limit`` of them (None: all). A page's cost is bounded by
+        ``limit``, whatever the store holds."""
 
     @abstractmethod
     async def info(self, name: str) -> DocumentInfo | None:
@@ -209,9 +213,12 @@ class MemoryStore(Store):
     def delete(self, name: str) -> Coroutine[Any, Any, None]:
         return _run_now(lambda: self._delete(name))
 
-    async def list_documents(self) -> list[DocumentInfo]:
+    async def list_documents(
+        self, *, prefix: str = "", after: str = "", limit: int | None = None
+    ) -> list[DocumentInfo]:
         self._check_open()
-        return [self._docs[name].info(name) for name in sorted(self._docs)]
+        names = [n for n in sorted(self._docs) if n.startswith(prefix) and n > after]
+        return [self._docs[name].info(name) for name in names[:limit]]
 
     async def info(self, name: str) -> DocumentInfo | None:
         self._check_open()
@@ -264,3 +271,14 @@ class MemoryStore(Store):
     def _check_open(self) -> None:
         if self._state != "open":
             raise StorageError(f"the store is {self._state}, not open")
+
+
+def names_from(prefix: str) -> tuple[str, str | None]:
+    """The name range ``[low, high)`` that holds exactly the names starting with ``prefix``
+    (``high`` None: no upper bound), for an index range scan in SQL."""
+    if not prefix:
+        return "", None
+    last = prefix[-1]
+    if ord(last) >= 0x10FFFF:
+        return prefix, None  # no character above it: bounded by the prefix test instead
+    return prefix, prefix[:-1] + chr(ord(last) + 1)

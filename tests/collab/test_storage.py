@@ -586,3 +586,22 @@ async def test_a_version_label_sqlite_cannot_store_is_refused_before_the_batch(d
             assert isinstance(results[-1], StorageError)
             assert "valid Unicode" in str(results[-1])
             assert await store.list_versions("doc") == []
+
+
+@pytest.mark.anyio
+async def test_a_listing_is_a_page_by_name_under_a_prefix(make_store):
+    """Issue 26, item 9: listing scanned (and summed) every document of the store."""
+    async with make_store() as store:
+        for name in ("a/1", "a/2", "a/3", "a0", "b/1", "team/x", "team/y", "team0", "é/1"):
+            await store.append(name, b"u")
+        first = await store.list_documents(limit=2)
+        assert [d.name for d in first] == ["a/1", "a/2"]
+        rest = await store.list_documents(after="a/2", limit=100)
+        assert [d.name for d in rest] == ["a/3", "a0", "b/1", "team/x", "team/y", "team0", "é/1"]
+        team = await store.list_documents(prefix="team/")
+        assert [d.name for d in team] == ["team/x", "team/y"]
+        assert [d.name for d in await store.list_documents(prefix="team/", after="team/x")] == [
+            "team/y"
+        ]
+        assert [d.name for d in await store.list_documents(prefix="é")] == ["é/1"]
+        assert all(d.log_entries == 1 and d.stored_bytes == 1 for d in team)
