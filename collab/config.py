@@ -112,6 +112,11 @@ class Settings:
     # Named versions of one document (REST /api/versions): how many, and their bytes in all.
     max_versions_per_document: int = 50
     max_version_bytes_per_document: int = 64 * 1024 * 1024
+    # ... and per token subject over every document, and in all: each version stores the
+    # whole document, so a token for many documents could fill the disk (and stop every
+    # editor's acks) a small request at a time.
+    max_version_bytes_per_subject: int = 256 * 1024 * 1024
+    max_version_bytes_total: int = 4 * 1024 * 1024 * 1024
     # AI suggestions: "local" (embedded SmolLM2 via llama.cpp), "openai" (any OpenAI-compatible
     # upstream), "none"; "scripted" is a fake for tests of the streaming mechanics only.
     ai_provider: str = "local"
@@ -304,6 +309,8 @@ SIZES: dict[str, str] = {
     "awareness_peer_bytes": "B",
     "awareness_document_bytes": "B",
     "max_version_bytes_per_document": "B",
+    "max_version_bytes_per_subject": "B",
+    "max_version_bytes_total": "B",
     "store_queue_bytes": "B",
     "bus_queue_bytes": "B",
     "ai_state_budget_mb": "MiB",

@@ -159,6 +159,8 @@ GROUPS: tuple[Group, ...] = (
                 "named versions one document may keep (REST /api/versions)",
             ),
             ("max_version_bytes_per_document", "SIZE", "all named versions of one document"),
+            ("max_version_bytes_per_subject", "SIZE", "all versions one token subject made"),
+            ("max_version_bytes_total", "SIZE", "all named versions of every document"),
         ),
     ),
     Group(

@@ -176,3 +176,43 @@ def _stalls(metrics: httpx.Response) -> float:
         re.findall(r'tether_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)', metrics.text)
     )
     return float(buckets["+Inf"]) - float(buckets["0.25"])
+
+
+async def test_versions_are_bounded_per_subject_and_unchanged_state_is_not_copied(
+    tmp_path,
+) -> None:
+    """Finding 10: limits were per document, so a token for team/** turned 3.9 MB of
+    requests into 203 MB on disk; and every POST stored another copy of the same state."""
+    octets = {"Content-Type": "application/octet-stream"}
+    quota = {"max_version_bytes_per_subject": 64 * 1024, "max_version_bytes_total": 96 * 1024}
+    with ServerProcess(tmp_path, **quota) as srv:
+        async with httpx.AsyncClient(base_url=srv.http_url) as http:
+            mallory = {"Authorization": f"Bearer {srv.token(subject='mallory')}"}
+            alice = {"Authorization": f"Bearer {srv.token(subject='alice')}"}
+            body = _update("x" * 20_000)
+            first = await http.put("/api/documents/team/a", content=body, headers=octets | mallory)
+            assert first.status_code == 200
+            made = await http.post("/api/versions/team/a", json={"label": "v1"}, headers=mallory)
+            same = await http.post("/api/versions/team/a", json={"label": "v2"}, headers=mallory)
+            assert (made.status_code, same.status_code) == (201, 200)
+            assert same.json()["id"] == made.json()["id"]  # no second copy of one state
+            statuses = []
+            for k in range(8):
+                name = f"team/n{k}"
+                await http.put(f"/api/documents/{name}", content=body, headers=octets | mallory)
+                reply = await http.post(
+                    f"/api/versions/{name}", json={"label": "v"}, headers=mallory
+                )
+                statuses.append(reply.status_code)
+            assert statuses[:2] == [201, 201] and set(statuses[3:]) == {409}
+            refused = await http.post("/api/versions/team/n7", json={"label": "v"}, headers=mallory)
+            assert "max_version_bytes_per_subject" in refused.json()["error"]
+            # Another subject still has its own share, until the server's total is reached.
+            await http.put("/api/documents/b", content=body, headers=octets | alice)
+            ok = await http.post("/api/versions/b", json={"label": "mine"}, headers=alice)
+            assert ok.status_code == 201
+            await http.put(
+                "/api/documents/c", content=_update("y" * 20_000), headers=octets | alice
+            )
+            full = await http.post("/api/versions/c", json={"label": "more"}, headers=alice)
+            assert full.status_code == 409 and "max_version_bytes_total" in full.json()["error"]

@@ -295,7 +295,11 @@ async def test_a_restore_is_a_new_change_editors_follow_and_versions_are_bounded
     listed = (await api.request("GET", "/api/versions/draft")).json()["versions"]
     assert [v["label"] for v in listed] == ["v1"]
     before = await metrics_text(server)
-    for label in ("v2", "v3"):
+    for label in ("v2", "v3", "v4"):  # each after a change: an unchanged state is not copied
+        change = update_with_text(label)
+        await api.request("PUT", "/api/documents/draft", content=change, headers=OCTETS)
+        if label == "v4":
+            break
         made = await api.request("POST", "/api/versions/draft", json={"label": label})
         assert made.status_code == 201
     over = await api.request("POST", "/api/versions/draft", json={"label": "v4"})
@@ -316,6 +320,8 @@ async def test_version_bytes_are_bounded(api: Checked) -> None:
     assert (
         await api.request("POST", "/api/versions/bulky", json={"label": "a"})
     ).status_code == 201
+    # A change, so the second would be a new state (an unchanged one is answered with the first)
+    await api.request("PUT", "/api/documents/bulky", content=update_with_text("!"), headers=OCTETS)
     over = await api.request("POST", "/api/versions/bulky", json={"label": "b"})
     assert over.status_code == 409 and "max_version_bytes_per_document" in over.json()["error"]
 

@@ -219,11 +219,34 @@ class DocumentsApi:
             except DocumentQuarantined as exc:
                 return _error(409, str(exc))
             existing = await ctx.store.list_versions(name)
+            if existing and await ctx.store.load_version(name, existing[-1].id) == state:
+                # Nothing changed since the last version: it is the answer (200, not 201), and
+                # no second copy of the same state is stored.
+                return JSONResponse(_version_json(existing[-1]), status_code=200)
+            subject = grant.subject if (grant := await self._grant_of(request, name)) else ""
             refusal = self._version_limit(request, ctx, name, existing, len(state))
+            if refusal is None:
+                refusal = await self._version_quota(request, ctx, name, subject, len(state))
             if refusal is not None:
                 return refusal
-            info = await ctx.store.add_version(name, label, state)
+            info = await ctx.store.add_version(name, label, state, subject)
         return JSONResponse(_version_json(info), status_code=201)
+
+    async def _version_quota(
+        self, request: Request, ctx: ServerContext, name: str, subject: str, size: int
+    ) -> Response | None:
+        settings = ctx.settings
+        if await ctx.store.version_bytes(subject) + size > settings.max_version_bytes_per_subject:
+            limit = "max_version_bytes_per_subject"
+            reason = "your versions would pass their byte limit"
+        elif await ctx.store.version_bytes() + size > settings.max_version_bytes_total:
+            limit = "max_version_bytes_total"
+            reason = "the server's versions would pass their byte limit"
+        else:
+            return None
+        ctx.metrics.limit_refusals.labels(limit).inc()
+        self._log_once(request, limit, f"refused a version of {name[:64]!r}")
+        return _error(409, f"{reason} ({limit})")
 
     def _version_limit(
         self,

@@ -268,13 +268,17 @@ PATHS: dict[str, Any] = {
         "post": {
             "summary": "Save the document's current state as a named version",
             "description": "Bounded per document by max_versions_per_document and"
-            " max_version_bytes_per_document (409 past them). Needs a read-write token.",
+            " max_version_bytes_per_document, per token subject by"
+            " max_version_bytes_per_subject and in all by max_version_bytes_total (409 past"
+            " them). A document unchanged since its last version gets that version (200), not"
+            " a copy. Needs a read-write token.",
             "requestBody": {
                 "required": True,
                 "content": {"application/json": {"schema": _ref("NewVersion")}},
             },
             "responses": {
                 "201": _json("Version", "saved"),
+                "200": _json("Version", "unchanged since this, its last version"),
                 **_errors(400, 401, 403, 404, 409, 413, 415, 501),
             },
         },

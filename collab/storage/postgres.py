@@ -133,6 +133,9 @@ _SCHEMA = (
         data BYTEA NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS tether_versions_by_name ON tether_versions (name, id)",
+    # Who made each version, for its byte quota.
+    "ALTER TABLE tether_versions ADD COLUMN IF NOT EXISTS subject TEXT NOT NULL DEFAULT ''",
+    "CREATE INDEX IF NOT EXISTS tether_versions_by_subject ON tether_versions (subject)",
     # Schema 2: incarnations (see the module docstring).
     "CREATE SEQUENCE IF NOT EXISTS tether_epochs",
     """ALTER TABLE tether_documents
@@ -475,22 +478,35 @@ class PostgresStore(Store):
     # can be missing from it and no log order is involved. Edits acked on OTHER nodes are the
     # caller's business: the REST layer catches the document up from PostgreSQL first
     # (the cluster's ``before_read`` hook), since the bus may lag.
-    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+    def add_version(
+        self, name: str, label: str, state: bytes, subject: str = ""
+    ) -> Coroutine[Any, Any, VersionInfo]:
         data = bytes(state)
 
         async def query(conn: asyncpg.Connection) -> VersionInfo:
             now = time.time()
             version = await conn.fetchval(
-                "INSERT INTO tether_versions (name, label, created_at, data)"
-                " VALUES ($1, $2, $3, $4) RETURNING id",
+                "INSERT INTO tether_versions (name, label, created_at, data, subject)"
+                " VALUES ($1, $2, $3, $4, $5) RETURNING id",
                 name,
                 label,
                 now,
                 data,
+                subject,
             )
             return VersionInfo(int(version), name, label, now, len(data))
 
         return self._read(query)
+
+    async def version_bytes(self, subject: str | None = None) -> int:
+        async def query(conn: asyncpg.Connection) -> int:
+            if subject is None:
+                sql = "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM tether_versions"
+                return int(await conn.fetchval(sql))
+            sql = "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM tether_versions WHERE subject = $1"
+            return int(await conn.fetchval(sql, subject))
+
+        return await self._read(query)
 
     async def list_versions(self, name: str) -> list[VersionInfo]:
         async def query(conn: asyncpg.Connection) -> list[VersionInfo]:

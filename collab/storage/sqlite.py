@@ -40,7 +40,7 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 _SYNC_MODES = frozenset({"OFF", "NORMAL", "FULL", "EXTRA"})
 _BUSY_TIMEOUT_S = 5.0
 
@@ -77,6 +77,7 @@ _SCHEMA = (
         data BLOB NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS versions_by_name ON versions (name)",
+    # (versions.subject, schema 4, is added by _migrate: who made each, for its byte quota)
 )
 
 # A document's row (its updated_at) is rewritten at most this often. Rewriting it on every
@@ -117,6 +118,7 @@ class _Op:
     data: bytes
     future: asyncio.Future[Any]
     label: str = ""  # a version's
+    subject: str = ""  # who made the version
 
 
 class SQLiteStore(Store):
@@ -209,10 +211,15 @@ class SQLiteStore(Store):
     def delete(self, name: str) -> Coroutine[Any, Any, None]:
         return self._enqueue("delete", name, b"")
 
-    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
-        if not _encodable(label):  # refused here, before it can reach the writer's batch
+    def add_version(
+        self, name: str, label: str, state: bytes, subject: str = ""
+    ) -> Coroutine[Any, Any, VersionInfo]:
+        if not (_encodable(label) and _encodable(subject)):  # refused before the batch
             return _failed(StorageError("a version label must be valid Unicode text"))
-        return self._enqueue("version", name, bytes(state), label)
+        return self._enqueue("version", name, bytes(state), label, subject)
+
+    async def version_bytes(self, subject: str | None = None) -> int:
+        return await self._read(_version_bytes, subject, slow=True)
 
     def resume(self, name: str) -> None:
         # Through the queue, so it lifts the fence for what is called after it, in order.
@@ -220,14 +227,14 @@ class SQLiteStore(Store):
             self._queue.put(_Op("resume", name, b"", self._loop.create_future()))
 
     def _enqueue(
-        self, kind: OpKind, name: str, data: bytes, label: str = ""
+        self, kind: OpKind, name: str, data: bytes, label: str = "", subject: str = ""
     ) -> Coroutine[Any, Any, Any]:
         if self._state != "open" or self._loop is None:
             return _failed(StorageError(f"cannot {kind} {name!r}: the store is {self._state}"))
         if self._stopped.done():
             return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
         future = self._loop.create_future()
-        self._queue.put(_Op(kind, name, data, future, label))
+        self._queue.put(_Op(kind, name, data, future, label, subject))
         return _wait(future)
 
     # -- reads (worker threads, one read connection) -----------------------------------------
@@ -514,8 +521,8 @@ class _Writer:
         self._pending_touches.pop(name, None)
 
     def _add_version(self, op: _Op, now: float) -> VersionInfo:
-        sql = "INSERT INTO versions (name, label, created_at, data) VALUES (?, ?, ?, ?)"
-        cursor = self._conn.execute(sql, (op.name, op.label, now, op.data))
+        sql = "INSERT INTO versions (name, label, created_at, data, subject) VALUES (?, ?, ?, ?, ?)"
+        cursor = self._conn.execute(sql, (op.name, op.label, now, op.data, op.subject))
         return VersionInfo(int(cursor.lastrowid or 0), op.name, op.label, now, len(op.data))
 
     def _log_length(self, name: str) -> int:
@@ -619,12 +626,22 @@ def _migrate(conn: sqlite3.Connection, path: Path) -> None:
             _move_snapshots_out_of_documents(conn)
         if version < 3:
             _drop_autoincrement(conn)
+        if version < 4:
+            _add_version_subjects(conn)
         conn.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _add_version_subjects(conn: sqlite3.Connection) -> None:
+    """Schema 4: each version records the token subject that made it (quota per subject)."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(versions)")}
+    if "subject" not in columns:
+        conn.execute("ALTER TABLE versions ADD COLUMN subject TEXT NOT NULL DEFAULT ''")
+    conn.execute("CREATE INDEX IF NOT EXISTS versions_by_subject ON versions (subject)")
 
 
 def _move_snapshots_out_of_documents(conn: sqlite3.Connection) -> None:
@@ -681,6 +698,15 @@ def _load(conn: sqlite3.Connection, name: str) -> list[bytes]:
 def _info(conn: sqlite3.Connection, name: str) -> DocumentInfo | None:
     row = conn.execute(_INFO.format(where="WHERE d.name = ?"), (name,)).fetchone()
     return None if row is None else DocumentInfo(*row)
+
+
+def _version_bytes(conn: sqlite3.Connection, subject: str | None) -> int:
+    if subject is None:
+        row = conn.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM versions").fetchone()
+    else:
+        sql = "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM versions WHERE subject = ?"
+        row = conn.execute(sql, (subject,)).fetchone()
+    return int(row[0])
 
 
 def _list_versions(conn: sqlite3.Connection, name: str) -> list[VersionInfo]:

@@ -134,9 +134,16 @@ class Store(ABC):
 
     # -- versions: optional (see the module docstring) ------------------------------------------
 
-    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
-        """Enqueue saving ``state`` (a full Yjs update) as a version of ``name`` now."""
+    def add_version(
+        self, name: str, label: str, state: bytes, subject: str = ""
+    ) -> Coroutine[Any, Any, VersionInfo]:
+        """Enqueue saving ``state`` (a full Yjs update) as a version of ``name`` now, made by
+        token subject ``subject`` (what its version quota counts)."""
         return _failed(StorageError(f"{type(self).__name__} keeps no versions"))
+
+    async def version_bytes(self, subject: str | None = None) -> int:
+        """The bytes of the versions ``subject`` made (None: of every version)."""
+        raise StorageError(f"{type(self).__name__} keeps no versions")
 
     async def list_versions(self, name: str) -> list[VersionInfo]:
         """The document's versions, oldest first ([] for none)."""
@@ -182,6 +189,7 @@ class MemoryStore(Store):
     def __init__(self) -> None:
         self._docs: dict[str, _MemoryDoc] = {}
         self._versions: dict[int, tuple[VersionInfo, bytes]] = {}
+        self._version_subjects: dict[int, str] = {}
         self._last_version = 0
         self._state: Lifecycle = "new"
 
@@ -225,9 +233,19 @@ class MemoryStore(Store):
         doc = self._docs.get(name)
         return None if doc is None else doc.info(name)
 
-    def add_version(self, name: str, label: str, state: bytes) -> Coroutine[Any, Any, VersionInfo]:
+    def add_version(
+        self, name: str, label: str, state: bytes, subject: str = ""
+    ) -> Coroutine[Any, Any, VersionInfo]:
         data = bytes(state)
-        return _run_now(lambda: self._add_version(name, label, data))
+        return _run_now(lambda: self._add_version(name, label, data, subject))
+
+    async def version_bytes(self, subject: str | None = None) -> int:
+        self._check_open()
+        return sum(
+            info.size
+            for version, (info, _) in self._versions.items()
+            if subject is None or self._version_subjects.get(version) == subject
+        )
 
     async def list_versions(self, name: str) -> list[VersionInfo]:
         self._check_open()
@@ -238,11 +256,12 @@ class MemoryStore(Store):
         found = self._versions.get(version)
         return found[1] if found is not None and found[0].name == name else None
 
-    def _add_version(self, name: str, label: str, data: bytes) -> VersionInfo:
+    def _add_version(self, name: str, label: str, data: bytes, subject: str) -> VersionInfo:
         self._check_open()
         self._last_version += 1
         info = VersionInfo(self._last_version, name, label, time.time(), len(data))
         self._versions[info.id] = (info, data)
+        self._version_subjects[info.id] = subject
         return info
 
     def _append(self, name: str, data: bytes) -> int:
@@ -260,6 +279,7 @@ class MemoryStore(Store):
         self._docs.pop(name, None)
         for version in [v for v, (info, _) in self._versions.items() if info.name == name]:
             del self._versions[version]
+            self._version_subjects.pop(version, None)
 
     def _touch(self, name: str) -> _MemoryDoc:
         self._check_open()

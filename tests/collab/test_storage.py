@@ -78,6 +78,23 @@ async def test_versions_are_kept_per_document_in_order_and_go_with_the_document(
 
 
 @pytest.mark.anyio
+async def test_version_bytes_are_counted_per_subject_and_in_all(make_store):
+    with anyio.fail_after(TIMEOUT):
+        async with make_store() as store:
+            await store.append("a", b"u")  # a stored document: deleting it takes its versions
+            await store.add_version("a", "1", b"x" * 10, "alice")
+            await store.add_version("b", "1", b"y" * 7, "alice")
+            await store.add_version("c", "1", b"z" * 5, "bob")
+            await store.add_version("d", "1", b"w" * 3)
+            assert await store.version_bytes("alice") == 17
+            assert await store.version_bytes("bob") == 5
+            assert await store.version_bytes("nobody") == 0
+            assert await store.version_bytes() == 25
+            await store.delete("a")
+            assert await store.version_bytes("alice") == 7
+
+
+@pytest.mark.anyio
 async def test_versions_survive_a_reopen(db_path: Path) -> None:
     with anyio.fail_after(TIMEOUT):
         async with SQLiteStore(db_path) as store:
@@ -513,7 +530,7 @@ async def test_a_schema_2_file_loses_autoincrement_and_keeps_every_log_in_order(
             assert await store.append("a", b"6") == 4
             assert await store.load("a") == [b"snap", b"1", b"3", b"5", b"6"]
         with sqlite3.connect(db_path) as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
             (sql,) = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'updates'").fetchone()
             assert "AUTOINCREMENT" not in sql.upper()
             names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
