@@ -224,47 +224,26 @@ class DocumentsApi:
                 # no second copy of the same state is stored.
                 return JSONResponse(_version_json(existing[-1]), status_code=200)
             subject = grant.subject if (grant := await self._grant_of(request, name)) else ""
-            refusal = self._version_limit(request, ctx, name, existing, len(state))
-            if refusal is None:
-                refusal = await self._version_quota(request, ctx, name, subject, len(state))
+            refusal = await self._version_refusal(request, ctx, name, existing, subject, len(state))
             if refusal is not None:
                 return refusal
             info = await ctx.store.add_version(name, label, state, subject)
         return JSONResponse(_version_json(info), status_code=201)
 
-    async def _version_quota(
-        self, request: Request, ctx: ServerContext, name: str, subject: str, size: int
-    ) -> Response | None:
-        settings = ctx.settings
-        if await ctx.store.version_bytes(subject) + size > settings.max_version_bytes_per_subject:
-            limit = "max_version_bytes_per_subject"
-            reason = "your versions would pass their byte limit"
-        elif await ctx.store.version_bytes() + size > settings.max_version_bytes_total:
-            limit = "max_version_bytes_total"
-            reason = "the server's versions would pass their byte limit"
-        else:
-            return None
-        ctx.metrics.limit_refusals.labels(limit).inc()
-        self._log_once(request, limit, f"refused a version of {name[:64]!r}")
-        return _error(409, f"{reason} ({limit})")
-
-    def _version_limit(
+    async def _version_refusal(
         self,
         request: Request,
         ctx: ServerContext,
         name: str,
         existing: list[VersionInfo],
+        subject: str,
         size: int,
     ) -> Response | None:
-        settings = ctx.settings
-        if len(existing) >= settings.max_versions_per_document:
-            limit = "max_versions_per_document"
-            reason = f"this document has {len(existing)} versions, the most it may keep"
-        elif sum(v.size for v in existing) + size > settings.max_version_bytes_per_document:
-            limit = "max_version_bytes_per_document"
-            reason = "this document's versions would pass their byte limit"
-        else:
+        """409, naming the limit, when one more version of ``size`` bytes would pass one."""
+        passed = await _version_bound_passed(ctx, existing, subject, size)
+        if passed is None:
             return None
+        limit, reason = passed
         ctx.metrics.limit_refusals.labels(limit).inc()
         self._log_once(request, limit, f"refused a version of {name[:64]!r}")
         return _error(409, f"{reason} ({limit})")
@@ -423,6 +402,29 @@ def _version_json(info: VersionInfo) -> dict[str, Any]:
 
 def _content_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";")[0].strip().lower()
+
+
+async def _version_bound_passed(
+    ctx: ServerContext, existing: list[VersionInfo], subject: str, size: int
+) -> tuple[str, str] | None:
+    """The (limit, reason) one more version of ``size`` bytes would pass, if any: per document,
+    per token subject, in all."""
+    settings = ctx.settings
+    if len(existing) >= settings.max_versions_per_document:
+        return (
+            "max_versions_per_document",
+            f"this document has {len(existing)} versions, the most it may keep",
+        )
+    if sum(v.size for v in existing) + size > settings.max_version_bytes_per_document:
+        return (
+            "max_version_bytes_per_document",
+            "this document's versions would pass their byte limit",
+        )
+    if await ctx.store.version_bytes(subject) + size > settings.max_version_bytes_per_subject:
+        return "max_version_bytes_per_subject", "your versions would pass their byte limit"
+    if await ctx.store.version_bytes() + size > settings.max_version_bytes_total:
+        return "max_version_bytes_total", "the server's versions would pass their byte limit"
+    return None
 
 
 def _literal_prefix(patterns: tuple[str, ...]) -> str:
