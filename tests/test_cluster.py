@@ -285,6 +285,31 @@ async def test_redis_killed_and_restarted_mid_burst_loses_nothing(tmp_path, pg_d
         redis.close()
 
 
+async def test_presence_crosses_nodes_after_every_redis_restart(tmp_path, pg_dsn):
+    """Issue 26: after a Redis restart mid-burst, a presence change made afterwards never
+    reached the other node in 1 of 2 runs: a reader that came back re-read its streams from
+    their end, after entries published since the restart."""
+    redis = RedisServer().start()
+    cluster = Nodes(tmp_path, pg_dsn, redis.url, 2).start()
+    name = "presence-restarts"
+    try:
+        with anyio.fail_after(120):
+            async with editors(cluster, name, [0, 1]) as (ann, bob):
+                me = ann.doc.client_id
+                for clock in range(1, 6):
+                    redis.kill()
+                    redis.start()  # same port, empty
+                    await ann.set_awareness({"user": {"name": f"ann {clock}"}}, clock=clock)
+                    await bob.wait(
+                        lambda c=clock: f"ann {c}" in bob.awareness.get(me, ""),
+                        10,
+                        f"ann's presence after restart {clock}",
+                    )
+    finally:
+        cluster.stop()
+        redis.close()
+
+
 async def test_no_ack_while_postgres_is_down_and_edits_flow_when_it_returns(
     tmp_path, own_postgres: PostgresServer, redis_server
 ):

@@ -40,6 +40,13 @@ DeleteHandler = Callable[[str, int], None]  # document, the epoch that was delet
 PresenceHandler = Callable[[str, bytes], None]
 
 
+def _entry_id(raw: bytes | str) -> tuple[int, int]:
+    """A stream entry id ("<ms>-<seq>") as a sortable pair."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
 def stream_key(name: str) -> bytes:
     return _KEY_PREFIX + name.encode("utf-8", "surrogatepass")
 
@@ -210,7 +217,7 @@ class RedisBus:
                 if not self.connected:
                     assert self._sub is not None
                     await self._sub.ping()
-                    self._last_ids.clear()  # a restarted Redis has new streams: start over
+                    await self._resume_streams()
                     self._up()
                     self._on_reconnect()
                 await self._read_once()
@@ -219,6 +226,19 @@ class RedisBus:
                 self._down(exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
+
+    async def _resume_streams(self) -> None:
+        """Back from an outage: read each stream on from the last entry we saw, so nothing
+        published since Redis came back is skipped (presence is in no database: a reader
+        that restarted at the stream's end lost what was published before it re-read).
+        A stream that no longer holds our last entry (Redis restarted empty, or trimmed it
+        past us) is read from its start: everything in it is new to us, and updates read
+        twice are dropped by their sequence numbers."""
+        assert self._sub is not None
+        for name, last in list(self._last_ids.items()):
+            first = await self._sub.xrange(stream_key(name), count=1)
+            if not first or _entry_id(first[0][0]) > _entry_id(last):
+                self._last_ids[name] = b"0-0"
 
     async def _read_once(self) -> None:
         assert self._sub is not None
