@@ -251,7 +251,12 @@ def _scan(d: Decoder) -> ScannedUpdate:
     return ScannedUpdate(items, ranges, deletes, starts, ends)
 
 
-def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
+ItemHeader = tuple[ID | None, ID | None, str | None, ID | None, str | None]
+
+
+def read_item_header(d: Decoder, info: int) -> ItemHeader:
+    """An item's header after its info byte: (origin, right origin, parent root, parent id,
+    parent sub). Yjs writes the parent only when neither origin is written."""
     origin = (d.read_var_uint(), d.read_var_uint()) if info & 0x80 else None
     right_origin = (d.read_var_uint(), d.read_var_uint()) if info & 0x40 else None
     parent_root: str | None = None
@@ -264,6 +269,11 @@ def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
             parent_id = (d.read_var_uint(), d.read_var_uint())
         if info & 0x20:
             parent_sub = d.read_var_string()
+    return origin, right_origin, parent_root, parent_id, parent_sub
+
+
+def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
+    origin, right_origin, parent_root, parent_id, parent_sub = read_item_header(d, info)
     kind = info & 0x1F
     pairs: tuple[int, ...] = ()
     if kind == STRING:
@@ -288,6 +298,12 @@ def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
 def skip_content(d: Decoder, kind: int) -> int:
     """Reads past an item's content of ``kind``; its length in clock units."""
     return _content(d, kind)
+
+
+def skip_values(d: Decoder, count: int) -> None:
+    """Reads past ``count`` values of a ``ContentAny`` (after its count)."""
+    for _ in range(count):
+        _any(d, 0)
 
 
 def _string(text: str) -> tuple[int, tuple[int, ...]]:
@@ -339,8 +355,7 @@ def _content(d: Decoder, kind: int) -> int:
         return 1
     if kind == ANY:
         count = d.read_var_uint()
-        for _ in range(count):
-            _any(d, 0)
+        skip_values(d, count)
         return count
     if kind == DOC:
         d.read_var_string()

@@ -2,8 +2,9 @@
 a loaded room as ordinary CRDT changes: broadcast to its editors, stored, durable when awaited.
 
 Knows nothing of HTTP. An imported update goes through the same checks, in the same order, as
-a peer's update in ``Room.receive_update``: the scan, the update guard (nesting, dependencies),
-the origin-order checks before and after applying; a refusal leaves the document unchanged.
+a peer's update in ``Room.receive_update``: the scan (runs merged), the update guard (nesting,
+dependencies), the origin-order checks before and after applying; a refusal leaves the document
+unchanged.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from dataclasses import dataclass
 
 from pycrdt import Doc, Text
 
-from tether.protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_merge import scan_merged
+from tether.protocol.update_scan import MalformedUpdate
 
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
 from .direct import TEXT_NAME
@@ -40,7 +42,7 @@ class ImportRefused(Exception):
 def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[int]:
     """Apply a Yjs update to ``room`` as one change; raises ImportRefused (nothing applied)."""
     try:
-        scan = scan_update(update)
+        update, scan = scan_merged(update)  # runs merged, as on the socket path
         room.guard.check(scan)  # MissingDependencies is an UpdateRefused too
         applied_pairs = check_origin_order(room.doc, scan, room.guard)
     except MalformedUpdate as exc:

@@ -28,6 +28,7 @@ from tether.protocol.sync import (
     SyncUpdate,
     encode_awareness,
 )
+from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate, scan_update
 from tether.protocol.update_split import split_update
 
@@ -203,7 +204,9 @@ class Room:
             self._reload.turned_away(peer)
             return
         try:
-            scan = scan_update(update)
+            # A run of items the client's own encoder would have sent as one is merged first:
+            # yrs merges it in O(run²). What is applied is what is stored and broadcast.
+            update, scan = scan_merged(update)
             parents = self.guard.check(scan)
             applied_pairs = check_origin_order(self.doc, scan, self.guard)
         except MalformedUpdate as exc:
@@ -275,7 +278,7 @@ class Room:
         ``in_order`` (everything numbered before it is applied) parks it as pending instead,
         as a load does: what it lacks was never committed, and waiting would wait forever."""
         try:
-            scan = scan_update(update)
+            update, scan = scan_merged(update)  # another node merged it; a no-op then
             parents = self.guard.check(scan)
         except MissingDependencies:
             if not in_order:
