@@ -5,8 +5,9 @@ Sans-IO and pure. The server scans every update before pycrdt sees it, because y
 structure it should not: a chain of nested types tens of thousands deep overflows its stack when
 deleted (SIGSEGV, the whole process), a value nested deep in a ``ContentAny`` recurses in its
 decoder, and an update whose dependencies are missing is parked as *pending* where a snapshot
-cannot see it. A scan refuses what no real Yjs client produces (unknown content kinds, nesting in
-values beyond ``MAX_VALUE_DEPTH``) and hands the rest to ``collab.updates.guard`` as plain data.
+cannot see it. A scan refuses what no real Yjs client produces (unknown content kinds, the legacy
+JSON content that yrs misreads, nesting in values beyond ``MAX_VALUE_DEPTH``) and hands the rest
+to ``collab.updates.guard`` as plain data.
 
 Format (lib0 v1, as ``Y.encodeStateAsUpdate`` writes it): clients, each with its structs from
 a start clock; each struct a GC, a Skip or an Item (info byte, optional origin, right origin or
@@ -332,10 +333,10 @@ def _content(d: Decoder, kind: int) -> int:
     if kind == DELETED:
         return d.read_var_uint()
     if kind == JSON:
-        count = d.read_var_uint()
-        for _ in range(count):
-            d.read_var_string()
-        return count
+        # Yjs writes a count and that many strings; yrs reads one string more (its own encoding
+        # does not read back), so what follows would be one struct to us and another to yrs.
+        # No Yjs since v13 writes JSON content.
+        raise MalformedUpdate("update refused: JSON content (a legacy kind yrs misreads)")
     if kind == BINARY:
         d.read_var_uint8_array()
         return 1
