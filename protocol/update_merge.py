@@ -8,7 +8,9 @@ and costs O(N). Items merge when each continues the one before: same client, nex
 origin the previous item's last clock, the same right origin, the same content kind among those
 yrs squashes (text, deleted, array values), and no map key (a map entry replaces the one before
 it; yrs never squashes those). Splitting a merged item gives back exactly those origins, so the
-document is the same; the merged update is what the server applies, stores and broadcasts.
+document is the same; the merged update is what the server applies, stores and broadcasts. A run
+is held apart where the update itself would cut the merged item again (``held_apart``): each cut
+copies the item's tail, which is the next shape to avoid (``collab.updates.item_cuts``).
 
 ``scan_merged`` is the entry point: one scan, and on the usual update (nothing to merge: one
 item, or items already merged by the client) one comparison per item and no copy.
@@ -25,6 +27,7 @@ from .update_scan import (
     ID,
     STRING,
     ScannedUpdate,
+    deleted_spans,
     read_item_header,
     scan_update,
     skip_content,
@@ -42,9 +45,9 @@ def scan_merged(update: bytes) -> tuple[bytes, ScannedUpdate]:
     scan = scan_update(update)
     if not has_runs(scan):
         return update, scan
-    merged = merge_runs(update)
+    merged = merge_runs(update, held_apart(scan))
     if merged is None:
-        return update, scan  # only map entries looked like runs
+        return update, scan  # only map entries, or runs held apart
     return merged, scan_update(merged)
 
 
@@ -70,6 +73,22 @@ def has_runs(scan: ScannedUpdate) -> bool:
     return False
 
 
+def held_apart(scan: ScannedUpdate) -> set[ID]:
+    """The clocks where a run must not be merged across, because yrs would not squash there and
+    a merged item would only be cut again (each cut copies the item's tail): the bounds of the
+    update's own deletes (deleted and kept text never squash), and the places another item of
+    the update is typed between two of the run's items (its origin and right origin are both
+    the run's, one clock apart: it sits between them for good)."""
+    apart: set[ID] = set()
+    for client, start, end in deleted_spans(scan.deletes):
+        apart.update(((client, start), (client, end)))
+    for item in scan.items:
+        origin, right = item.origin, item.right_origin
+        if origin is not None and right is not None and right == (origin[0], origin[1] + 1):
+            apart.add(right)
+    return apart
+
+
 @dataclass(slots=True)
 class _Run:
     """Items of one client being merged into the first one's header."""
@@ -79,6 +98,7 @@ class _Run:
     client: int
     right_origin: ID | None
     last: int  # the run's last clock
+    apart: set[ID]  # clocks not to merge across (``held_apart``)
     count: int = 0  # array values, or deleted length
     parts: list[bytes] = field(default_factory=list)  # text bytes, or encoded values
 
@@ -88,6 +108,7 @@ class _Run:
             and not info & _MAP_KEY
             and origin == (self.client, self.last)
             and right_origin == self.right_origin
+            and (self.client, self.last + 1) not in self.apart
         )
 
     def add(self, content: _Content, length: int) -> None:
@@ -109,9 +130,10 @@ class _Content:
     data: bytes  # text bytes, or encoded values (empty for deleted)
 
 
-def merge_runs(update: bytes) -> bytes | None:
+def merge_runs(update: bytes, apart: set[ID] | None = None) -> bytes | None:
     """``update`` re-encoded with every mergeable run of items as one item (the delete set and
-    every other struct copied as they are); None if no run merges."""
+    every other struct copied as they are), never across a clock in ``apart``; None if no run
+    merges."""
     d = Decoder(update)
     clients = d.read_var_uint()
     out = [write_var_uint(clients)]
@@ -120,7 +142,7 @@ def merge_runs(update: bytes) -> bytes | None:
         count = d.read_var_uint()
         client = d.read_var_uint()
         first_clock = d.read_var_uint()
-        structs = _merged_structs(d, update, client, first_clock, count)
+        structs = _merged_structs(d, update, (client, first_clock), count, apart or set())
         merged = merged or len(structs) < count
         out += [write_var_uint(len(structs)), write_var_uint(client), write_var_uint(first_clock)]
         out += structs
@@ -128,11 +150,14 @@ def merge_runs(update: bytes) -> bytes | None:
     return b"".join(out) if merged else None
 
 
-def _merged_structs(d: Decoder, update: bytes, client: int, clock: int, count: int) -> list[bytes]:
+def _merged_structs(
+    d: Decoder, update: bytes, start: ID, count: int, apart: set[ID]
+) -> list[bytes]:
+    client, clock = start
     structs: list[bytes] = []
     run: _Run | None = None
     for _ in range(count):
-        start = d.pos
+        at = d.pos
         info = d.read_bytes(1)[0]
         kind = info & 0x1F
         if kind in (_GC, _SKIP):
@@ -150,10 +175,10 @@ def _merged_structs(d: Decoder, update: bytes, client: int, clock: int, count: i
                 structs.append(run.encode())
                 run = None
             if content is not None and not info & _MAP_KEY:
-                run = _Run(update[start:header_end], kind, client, right_origin, clock - 1)
+                run = _Run(update[at:header_end], kind, client, right_origin, clock - 1, apart)
                 run.add(content, length)
             else:
-                structs.append(update[start : d.pos])
+                structs.append(update[at : d.pos])
         clock += length
     if run is not None:
         structs.append(run.encode())

@@ -293,7 +293,7 @@ def _load_stored(name: str, doc: Doc, guard: UpdateGuard, update: bytes) -> bool
         # Runs merged as on the socket path: a log stored before that still holds an unmerged
         # run (O(run²) in yrs) never replays it as it was.
         update, scan = scan_merged(update)
-        parents = guard.check(scan)
+        parents = guard.check(scan, stored=True)
     except MissingDependencies:
         # Stored before the guard refused such updates: yrs parks it as pending, as it did.
         log.warning("a stored update of %r has missing dependencies; applied as pending", name)

@@ -17,7 +17,11 @@ or stored when
 - it inserts or deletes at a boundary inside a character of two UTF-16 units (an emoji): clocks
   count UTF-16 units, but yrs keeps text as UTF-8 and cannot split there, so it integrates such
   an item in one place live and another after a reload (Yjs in JavaScript writes U+FFFD over
-  both halves instead: a third result). The guard remembers where each such character starts.
+  both halves instead: a third result). The guard remembers where each such character starts;
+- it would cut the document's items into so many pieces that yrs, which walks and copies an item
+  and moves its block list at every cut, would hold the event loop for more than about 100 ms
+  (``collab.updates.item_cuts``: one 1.27 MB delete set of one-character ranges over one long
+  item took 5.7 s).
 
 Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
 an update once pycrdt has applied it (every change to the document must be admitted, the server's
@@ -33,10 +37,15 @@ from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
 from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
 
+from .item_cuts import DEFAULT_MAX_CUT_COST, ItemCuts
 from .sequence_order import Chains, OrderFacts
 from .yrs_panics import is_rust_panic
 
 DEFAULT_MAX_NESTING_DEPTH = 128
+# A stored update is checked against this many times the live budget for cuts: the estimate
+# from a folded snapshot knows fewer cuts than it did live, and a document must not become
+# unloadable for that. An update that was costly before the guard priced cuts stays far above.
+STORED_CUT_COST_FACTOR = 4
 
 Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
 OriginPair = tuple[ID, ID]  # an item's origin and right origin
@@ -77,8 +86,10 @@ class _Runs:
 
 
 class UpdateGuard:
-    def __init__(self, max_depth: int) -> None:
+    def __init__(self, max_depth: int, max_cut_cost: int = DEFAULT_MAX_CUT_COST) -> None:
         self.max_depth = max_depth
+        self.max_cut_cost = max_cut_cost
+        self.cuts = ItemCuts()  # where the document's items are cut (collab.updates.item_cuts)
         self._known: dict[int, int] = {}  # client → one past its last known clock
         self._runs: dict[int, _Runs] = {}
         self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
@@ -86,9 +97,10 @@ class UpdateGuard:
         self._pairs: dict[int, array[int]] = {}
         self.chains = Chains()  # what history says about order (collab.updates.sequence_order)
 
-    def check(self, scan: ScannedUpdate) -> dict[int, Parent]:
+    def check(self, scan: ScannedUpdate, *, stored: bool = False) -> dict[int, Parent]:
         """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
-        new item (by index in ``scan.items``) for ``admit``."""
+        new item (by index in ``scan.items``) for ``admit``. ``stored``: read back from storage,
+        where the budget for cuts is ``STORED_CUT_COST_FACTOR`` times larger."""
         known = self._known
         for client, start in scan.starts.items():
             if start > known.get(client, 0):
@@ -103,7 +115,17 @@ class UpdateGuard:
             if clock + length > max(known.get(client, 0), scan.ends.get(client, 0)):
                 raise MissingDependencies("update refused: it deletes structs this document lacks")
         self._check_character_boundaries(scan)
+        self._check_cut_cost(scan, STORED_CUT_COST_FACTOR if stored else 1)
         return _Resolver(self, scan).resolve_all()
+
+    def _check_cut_cost(self, scan: ScannedUpdate, factor: int) -> None:
+        budget = self.max_cut_cost * factor
+        if self.cuts.cost(scan, self._known, budget) > budget:
+            raise UpdateRefused(
+                "update refused: it cuts this document's text into too many pieces at once"
+                " (yrs would hold the server for too long); send it in parts",
+                "item-cuts",
+            )
 
     def _check_character_boundaries(self, scan: ScannedUpdate) -> None:
         fresh: set[tuple[int, int]] = {
@@ -135,6 +157,7 @@ class UpdateGuard:
     def admit(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
         known = self._known
         self.chains.record(scan, known)
+        self.cuts.record(scan, known)
         for gap in scan.ranges:
             if gap.clock + gap.length > known.get(gap.client, 0):
                 self._runs_of(gap.client).add(max(gap.clock, known.get(gap.client, 0)), None)

@@ -180,9 +180,35 @@ def test_a_run_partly_deleted_in_the_same_update_makes_the_same_document() -> No
     attack = unmerged_run(100).attack[:-1]  # drop its empty delete set
     attack += write_var_uint(1) + write_var_uint(ATTACKER) + write_var_uint(2)
     attack += write_var_uint(3) + write_var_uint(10) + write_var_uint(50) + write_var_uint(7)
-    merged, _ = scan_merged(attack)
+    merged, scan = scan_merged(attack)
     assert_same_document(applied(attack), applied(merged))
     assert len(str(applied(merged).get("content", type=Text))) == 83
+    # Held apart where the deletes start and end: deleted and kept text never squash, and a
+    # merged item would only be cut there again.
+    assert [(i.clock, i.length) for i in scan.items] == [
+        (0, 3),
+        (3, 10),
+        (13, 37),
+        (50, 7),
+        (57, 43),
+    ]
+
+
+def test_an_item_typed_between_two_items_of_a_run_holds_them_apart() -> None:
+    """What a full-state update holds where another editor typed into a run: the two halves
+    stay two items (yrs would cut a merged one there again, copying its tail)."""
+    run = [item(STRING, string("a"), root="content")]
+    run += [item(STRING, string("a"), origin=(ATTACKER, i - 1)) for i in range(1, 10)]
+    between = item(STRING, string("b"), origin=(ATTACKER, 4), right=(ATTACKER, 5))
+    both = update([(ATTACKER, 0, run), (OWNER, 0, [between])])
+    merged, scan = scan_merged(both)
+    assert [(i.client, i.clock, i.length) for i in scan.items] == [
+        (ATTACKER, 0, 5),
+        (ATTACKER, 5, 5),
+        (OWNER, 0, 1),
+    ]
+    assert_same_document(applied(both), applied(merged))
+    assert str(applied(merged).get("content", type=Text)) == "aaaaabaaaaa"
 
 
 def test_map_entries_never_merge() -> None:
