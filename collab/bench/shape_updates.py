@@ -129,13 +129,14 @@ def typed_backwards(n: int) -> bytes:
 
 
 def backwards_pairs(n: int) -> Shape:
-    """A document typed backwards, and one update of n/4 items each between two neighbours of
-    it that history cannot order: each pair once needed a walk of the whole sequence."""
+    """A document typed backwards, and one update of n/4 items each hanging between two of its
+    characters three apart, which history cannot order (each once needed a walk of the whole
+    sequence; neighbours one or two apart are settled by their right origins)."""
     pairs = max(1, n // 4)
-    step = max(1, (n - 2) // pairs)
+    step = max(1, (n - 4) // pairs)
     structs = [
-        item(_STRING, string("x"), origin=(OWNER, j), right=(OWNER, j - 1))
-        for j in range(1, n, step)
+        item(_STRING, string("x"), origin=(OWNER, j), right=(OWNER, j - 3))
+        for j in range(3, n, step)
     ][:pairs]
     return Shape("backwards", [typed_backwards(n)], update([(ATTACKER, 0, structs)]))
 

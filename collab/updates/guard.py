@@ -32,16 +32,24 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from collections.abc import Iterable
 
 from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
 from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
 
 from .item_cuts import DEFAULT_MAX_CUT_COST, ItemCuts
-from .sequence_order import Chains, OrderFacts
+from .sequence_order import Chains, OrderFacts, RightOrigins
 from .yrs_panics import is_rust_panic
 
 DEFAULT_MAX_NESTING_DEPTH = 128
+# Items whose place history cannot settle are placed by walking the document (two sticky-index
+# resolutions each, 4-13 ns per block here): an update may have this many walked at any
+# document size (an honest keystroke has at most one pair), and more only while their count
+# times the document's blocks stays under MAX_WALKED_BLOCKS (about 50 ms). History settles
+# every pair of an honest burst of 2,000 offline edits (tests/collab/test_sequence_order.py).
+FREE_WALKS = 4
+MAX_WALKED_BLOCKS = 4_000_000
 # A stored update is checked against this many times the live budget for cuts: the estimate
 # from a folded snapshot knows fewer cuts than it did live, and a document must not become
 # unloadable for that. An update that was costly before the guard priced cuts stays far above.
@@ -95,7 +103,9 @@ class UpdateGuard:
         self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
         # client → sorted clocks where a two-unit character starts (a split after one is refused)
         self._pairs: dict[int, array[int]] = {}
-        self.chains = Chains()  # what history says about order (collab.updates.sequence_order)
+        # What history says about order (collab.updates.sequence_order).
+        self.chains = Chains()
+        self.rights = RightOrigins()
 
     def check(self, scan: ScannedUpdate, *, stored: bool = False) -> dict[int, Parent]:
         """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
@@ -157,6 +167,7 @@ class UpdateGuard:
     def admit(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
         known = self._known
         self.chains.record(scan, known)
+        self.rights.record(scan, known)
         self.cuts.record(scan, known)
         for gap in scan.ranges:
             if gap.clock + gap.length > known.get(gap.client, 0):
@@ -363,6 +374,7 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
     """
     known: list[OriginPair] = []
     later: list[OriginPair] = []
+    asked: set[ID] = set()  # the items of ``known``: each a walk of the document
     facts: OrderFacts | None = None
     shown: set[int] = set()  # this update's items whose own pair is shown in order already
     for position, item in enumerate(scan.items):
@@ -370,9 +382,10 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
         if origin is None or right is None:
             continue
         if facts is None:
-            fresh = Chains()
+            fresh, fresh_rights = Chains(), RightOrigins()
             fresh.record(scan, guard.known_clocks)
-            facts = OrderFacts(guard.chains, fresh)
+            fresh_rights.record(scan, guard.known_clocks)
+            facts = OrderFacts(guard.chains, fresh, (guard.rights, fresh_rights))
         if facts.left_of(origin, right):
             shown.add(position)
             continue  # shown in order by history: nothing to ask yrs
@@ -380,8 +393,13 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
             raise _inconsistent()
         if guard.knows(origin) and guard.knows(right):
             known.append((origin, right))
+            asked.update((origin, right))
+            if len(asked) > FREE_WALKS:
+                _bound_walks(guard, asked, ())  # refused early, not after pricing every pair
         else:
             later.append((origin, right))
+    later = _not_shown(later, shown, scan)
+    _bound_walks(guard, asked, later)
     undecided: list[OriginPair] = []
     if known:
         undecided = _check_pairs(doc, known, unplaceable_is_inconsistent=True)
@@ -396,25 +414,43 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
                 and guard.knows(item.right_origin)
                 and (item.origin, item.right_origin) not in unseen
             )
-    if later:
-        # An item of this update whose own pair is shown sits left of its right origin, every
-        # unit of it: a pair from inside it to that same right origin is in order too.
-        shown_by_right: dict[ID, list[ScannedItem]] = {}
-        for position in shown:
-            item = scan.items[position]
-            assert item.right_origin is not None
-            shown_by_right.setdefault(item.right_origin, []).append(item)
-        later = [
-            (left, right)
-            for left, right in later
-            if not any(
-                item.client == left[0] and item.clock <= left[1] < item.clock + item.length
-                for item in shown_by_right.get(right, ())
-            )
-        ]
+            later = _not_shown(later, shown, scan)
     # Pairs the walk cannot order now (two deleted items, nothing visible between) are asked
     # again once this update's own items are in: they may show the order then.
     return later + undecided
+
+
+def _not_shown(later: list[OriginPair], shown: set[int], scan: ScannedUpdate) -> list[OriginPair]:
+    """``later`` without the pairs an item of ``scan`` whose own pair is ``shown`` in order
+    settles: it sits left of its right origin, every unit of it, so a pair from inside it to
+    that same right origin is in order too."""
+    if not later or not shown:
+        return later
+    shown_by_right: dict[ID, list[ScannedItem]] = {}
+    for position in shown:
+        item = scan.items[position]
+        assert item.right_origin is not None
+        shown_by_right.setdefault(item.right_origin, []).append(item)
+    return [
+        (left, right)
+        for left, right in later
+        if not any(
+            item.client == left[0] and item.clock <= left[1] < item.clock + item.length
+            for item in shown_by_right.get(right, ())
+        )
+    ]
+
+
+def _bound_walks(guard: UpdateGuard, asked: set[ID], later: Iterable[OriginPair]) -> None:
+    """Refuse an update whose pairs history cannot order would have yrs walk the document too
+    many times: each distinct item asked costs a walk of up to every block of the document."""
+    walks = len(asked.union(ident for pair in later for ident in pair))
+    if walks > FREE_WALKS and walks * (guard.cuts.total + 1) > MAX_WALKED_BLOCKS:
+        raise UpdateRefused(
+            f"update refused: the order of {walks} of its items' neighbours cannot be told from"
+            " this document's history, and reading it off the document would take too long",
+            "origin-walks",
+        )
 
 
 def check_applied_origin_order(doc: Doc, pairs: list[OriginPair]) -> None:

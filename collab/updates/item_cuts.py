@@ -54,10 +54,11 @@ _ItemKind = tuple[ID | None, int]  # an item's right origin and content kind
 
 
 class ItemCuts:
-    __slots__ = ("_cuts", "_tails")
+    __slots__ = ("_cuts", "_tails", "total")
 
     def __init__(self) -> None:
         self._cuts: dict[int, array[int]] = {}  # client → sorted clocks where a block starts
+        self.total = 0  # cuts known, over all clients: about the document's blocks
         # client → right origin and kind of its item at its last known clock: the next item
         # continues that block only if it has the same.
         self._tails: dict[int, _ItemKind] = {}
@@ -157,8 +158,10 @@ class ItemCuts:
             cuts.append(clock)
         else:
             at = bisect.bisect_left(cuts, clock)
-            if cuts[at] != clock:
-                cuts.insert(at, clock)
+            if cuts[at] == clock:
+                return
+            cuts.insert(at, clock)
+        self.total += 1
 
 
 _DELETES = -1  # the "client" cutting at a delete's bound: yrs applies deletes after all items
