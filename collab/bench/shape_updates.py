@@ -128,11 +128,12 @@ def typed_backwards(n: int) -> bytes:
     return update([(OWNER, 0, structs)])
 
 
-def backwards_pairs(n: int) -> Shape:
-    """A document typed backwards, and one update of n/4 items each hanging between two of its
-    characters three apart, which history cannot order (each once needed a walk of the whole
-    sequence; neighbours one or two apart are settled by their right origins)."""
-    pairs = max(1, n // 4)
+def backwards_pairs(n: int, pairs: int | None = None) -> Shape:
+    """A document of n characters typed backwards, and one update of ``pairs`` (n/4) items each
+    hanging between two of its characters three apart, which history cannot order (each once
+    needed a walk of the whole sequence; neighbours one or two apart are settled by their right
+    origins)."""
+    pairs = pairs or max(1, n // 4)
     step = max(1, (n - 4) // pairs)
     structs = [
         item(_STRING, string("x"), origin=(OWNER, j), right=(OWNER, j - 3))

@@ -3,15 +3,18 @@ that cost grows with its size (issue 26: no single update may stall the event lo
 
 For each shape (``collab.bench.shape_updates``) and size N, a child process builds a room from
 an in-memory store holding the shape's setup, attaches the attacker and one other peer, and
-times ``Room.receive_update`` of the attack (scan, guard, origin order, apply, admit, broadcast);
+times the attack's way in as a connection takes it (``Room.receive_update``, read in a worker
+thread first when big: scan, merge, guard, origin order, apply, admit, broadcast) and the
+longest the event loop went without a turn meanwhile;
 then it loads a document whose stored log holds the attack raw, as a log written before the
 server re-encoded such shapes would, and times the load and the longest the event loop went
 without a turn meanwhile (big documents load in a thread, but yrs holds the GIL). Each case runs
 under a time and memory limit, so a runaway one reports "> limit" instead of taking the machine.
 
-Reported per case: the update's bytes, milliseconds, microseconds per byte, the growth exponent
-against the previous size (1 = linear, 2 = quadratic), what became of the update and the child's
-peak RSS. In process and sans network: a benchmark, not a test.
+Reported per case: the update's bytes, milliseconds and the longest loop stall, microseconds per
+byte, the growth exponent against the previous size (1 = linear, 2 = quadratic), the load's
+milliseconds and stall, what became of the update and the child's peak RSS. In process and sans
+network: a benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -141,6 +144,7 @@ def _null_peer() -> Any:
 async def _receive(setup: list[bytes], attack: bytes) -> dict[str, Any]:
     from tether.collab.rooms.room import InvalidUpdate
     from tether.collab.storage.store import MemoryStore
+    from tether.collab.updates.reading import reads_off_loop
 
     async with MemoryStore() as store:
         for stored in setup:
@@ -150,16 +154,29 @@ async def _receive(setup: list[bytes], attack: bytes) -> dict[str, Any]:
         room.attach(attacker)
         room.attach(other)
         outcome = "applied"
+        stall = _Stall()
+        watcher = asyncio.ensure_future(stall.watch())
+        await asyncio.sleep(0.01)  # the watcher is running
         began = time.perf_counter()
         try:
-            room.receive_update(attacker, attack)
+            if reads_off_loop(attack):  # as the connections do
+                await room.receive_update_off_loop(attacker, attack)
+            else:
+                room.receive_update(attacker, attack)
         except InvalidUpdate as exc:
             cause = exc.__cause__
             outcome = "refused: " + getattr(cause, "limit", "invalid")
         elapsed = time.perf_counter() - began
+        stall.running = False
+        await watcher
         await room.flush()
         stored_bytes = sum(len(u) for u in await store.load(_DOC)) - sum(len(u) for u in setup)
-    return {"receive_ms": elapsed * 1000, "outcome": outcome, "stored_bytes": stored_bytes}
+    return {
+        "receive_ms": elapsed * 1000,
+        "receive_stall_ms": stall.longest * 1000,
+        "outcome": outcome,
+        "stored_bytes": stored_bytes,
+    }
 
 
 async def _load(stored: list[bytes]) -> dict[str, Any]:
@@ -185,8 +202,8 @@ async def _load(stored: list[bytes]) -> dict[str, Any]:
 
 
 _HEADER = (
-    f"{'shape':<13}{'N':>7}{'bytes':>10}{'recv ms':>10}{'us/B':>8}{'growth':>8}"
-    f"{'load ms':>10}{'stall ms':>10}{'RSS MB':>8}  outcome"
+    f"{'shape':<13}{'N':>7}{'bytes':>10}{'recv ms':>9}{'stall':>7}{'us/B':>7}{'growth':>7}"
+    f"{'load ms':>9}{'stall':>7}{'RSS MB':>7}  outcome"
 )
 
 
@@ -199,8 +216,9 @@ def _line(row: dict[str, Any], previous: dict[str, Any] | None) -> str:
         growth = f"{math.log(ms / previous['receive_ms']) / math.log(row['n'] / previous['n']):.2f}"
     per_byte = ms * 1000 / row["bytes"]
     return (
-        f"{row['shape']:<13}{row['n']:>7}{row['bytes']:>10}{ms:>10.1f}{per_byte:>8.2f}{growth:>8}"
-        f"{row['load_ms']:>10.1f}{row['load_stall_ms']:>10.1f}{row['rss_mb']:>8}  "
+        f"{row['shape']:<13}{row['n']:>7}{row['bytes']:>10}{ms:>9.1f}"
+        f"{row['receive_stall_ms']:>7.1f}{per_byte:>7.2f}{growth:>7}"
+        f"{row['load_ms']:>9.1f}{row['load_stall_ms']:>7.1f}{row['rss_mb']:>7}  "
         f"{row['outcome']}; stored {row['stored_bytes']} B; load {row['load']}"
     )
 

@@ -18,6 +18,7 @@ from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate
 
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
+from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from .direct import TEXT_NAME
 from .room import InvalidUpdate, Room, apply_update
 
@@ -40,13 +41,30 @@ class ImportRefused(Exception):
 
 
 def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[int]:
-    """Apply a Yjs update to ``room`` as one change; raises ImportRefused (nothing applied)."""
+    """Apply a Yjs update to ``room`` as one change; raises ImportRefused (nothing applied),
+    at once or, for a big update read in a worker thread first, from the future."""
+    if reads_off_loop(update):
+        return asyncio.ensure_future(_import_off_loop(room, update, origin))
     try:
-        update, scan = scan_merged(update)  # runs merged, as on the socket path
-        room.guard.check(scan)  # MissingDependencies is an UpdateRefused too
-        applied_pairs = check_origin_order(room.doc, scan, room.guard)
+        read = scan_merged(update)  # runs merged, as on the socket path
     except MalformedUpdate as exc:
         raise ImportRefused("malformed", f"malformed update: {exc}") from exc
+    return _import(room, read, origin)
+
+
+async def _import_off_loop(room: Room, update: bytes, origin: object) -> int:
+    try:
+        read = await read_update(update)
+    except MalformedUpdate as exc:
+        raise ImportRefused("malformed", f"malformed update: {exc}") from exc
+    return await _import(room, read, origin)
+
+
+def _import(room: Room, read: ReadUpdate, origin: object) -> asyncio.Future[int]:
+    update, scan = read
+    try:
+        room.guard.check(scan)  # MissingDependencies is an UpdateRefused too
+        applied_pairs = check_origin_order(room.doc, scan, room.guard)
     except UpdateRefused as exc:
         raise ImportRefused(exc.limit, str(exc)) from exc
 

@@ -53,7 +53,7 @@ MAX_WALKED_BLOCKS = 4_000_000
 # A stored update is checked against this many times the live budget for cuts: the estimate
 # from a folded snapshot knows fewer cuts than it did live, and a document must not become
 # unloadable for that. An update that was costly before the guard priced cuts stays far above.
-STORED_CUT_COST_FACTOR = 4
+STORED_CUT_COST_FACTOR = 2
 
 Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
 OriginPair = tuple[ID, ID]  # an item's origin and right origin
