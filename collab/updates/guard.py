@@ -399,7 +399,8 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
         else:
             later.append((origin, right))
     later = _not_shown(later, shown, scan)
-    _bound_walks(guard, asked, later)
+    if asked or later:
+        _bound_walks(guard, asked, later)
     undecided: list[OriginPair] = []
     if known:
         undecided = _check_pairs(doc, known, unplaceable_is_inconsistent=True)

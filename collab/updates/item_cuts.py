@@ -78,6 +78,8 @@ class ItemCuts:
             if clock <= 0:
                 continue
             if clock >= end:
+                if client not in scan.starts:
+                    continue  # at the end of what the document has: nothing to cut there
                 fresh = fresh or _FreshItems(scan)
                 price = fresh.cut(client, clock)
                 total += price
