@@ -4,17 +4,13 @@ re-encoded as one, and applying the merged update makes exactly the document the
 
 from __future__ import annotations
 
-import base64
-import json
 import random
-import shutil
-import subprocess
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pycrdt import Array, Doc, Map, Text, merge_updates
 
-from tests.jsclient import NODE_MODULES_MISSING, TESTS_DIR, node_available
+from tests.jsclient import yjs_applied
 from tether.collab.bench.shape_updates import (
     ATTACKER,
     OWNER,
@@ -312,9 +308,6 @@ def test_merged_unmerged_updates_make_the_same_document_as_the_originals(
 
 
 def test_yjs_integrates_the_merged_update_to_the_same_text() -> None:
-    assert node_available(), NODE_MODULES_MISSING
-    node = shutil.which("node")
-    assert node is not None
     steps = [
         (0, "insert", 0.0, "hello 😀 world"),
         (1, "sync", 0.0, "x"),
@@ -333,15 +326,6 @@ def test_yjs_integrates_the_merged_update_to_the_same_text() -> None:
     )
     expected = str(applied(*originals).get("content", type=Text))
     for updates in (merged, exploded):
-        result = subprocess.run(
-            [node, "js/apply_updates.mjs"],
-            cwd=TESTS_DIR,
-            input=json.dumps([base64.b64encode(u).decode() for u in updates]),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        seen = json.loads(result.stdout)
+        seen = yjs_applied(updates)
         assert seen["text"] == expected
         assert not seen["pending"]
