@@ -32,6 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..auth.tokens import OPEN_GRANT
+from ..hooks import Hooks
+from ..rooms.manager import DocumentQuarantined, RoomManager
+from ..rooms.peer import Peer
+from ..rooms.room import InvalidUpdate
+from ..rooms.settings import RoomSettings
+from ..runtime.metrics import Metrics
+from ..storage.store import MemoryStore, Store
+from ..transport.outbox import Outbox
+from ..updates.reading import reads_off_loop
 from .shape_updates import SHAPES
 
 _DOC = "shape"
@@ -120,20 +130,11 @@ async def _measure(shape_name: str, size: int) -> dict[str, Any]:
     return row
 
 
-def _room_manager(store: Any) -> Any:
-    from tether.collab.hooks import Hooks
-    from tether.collab.rooms.manager import RoomManager
-    from tether.collab.rooms.settings import RoomSettings
-    from tether.collab.runtime.metrics import Metrics
-
+def _room_manager(store: Store) -> RoomManager:
     return RoomManager(store, hooks=Hooks(), metrics=Metrics(), settings=RoomSettings())
 
 
-def _null_peer() -> Any:
-    from tether.collab.auth.tokens import OPEN_GRANT
-    from tether.collab.rooms.peer import Peer
-    from tether.collab.transport.outbox import Outbox
-
+def _null_peer() -> Peer:
     async def unused(frame: bytes) -> None:
         pass
 
@@ -142,10 +143,6 @@ def _null_peer() -> Any:
 
 
 async def _receive(setup: list[bytes], attack: bytes) -> dict[str, Any]:
-    from tether.collab.rooms.room import InvalidUpdate
-    from tether.collab.storage.store import MemoryStore
-    from tether.collab.updates.reading import reads_off_loop
-
     async with MemoryStore() as store:
         for stored in setup:
             await store.append(_DOC, stored)
@@ -180,9 +177,6 @@ async def _receive(setup: list[bytes], attack: bytes) -> dict[str, Any]:
 
 
 async def _load(stored: list[bytes]) -> dict[str, Any]:
-    from tether.collab.rooms.manager import DocumentQuarantined
-    from tether.collab.storage.store import MemoryStore
-
     async with MemoryStore() as store:
         for update in stored:
             await store.append(_DOC, update)
