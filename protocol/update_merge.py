@@ -27,7 +27,6 @@ from .update_scan import (
     ID,
     STRING,
     ScannedUpdate,
-    deleted_spans,
     read_item_header,
     scan_update,
     skip_content,
@@ -80,8 +79,8 @@ def held_apart(scan: ScannedUpdate) -> set[ID]:
     the update is typed between two of the run's items (its origin and right origin are both
     the run's, one clock apart: it sits between them for good)."""
     apart: set[ID] = set()
-    for client, start, end in deleted_spans(scan.deletes):
-        apart.update(((client, start), (client, end)))
+    for client, clock, length in scan.deletes:  # yrs cuts at each range's ends, touching or not
+        apart.update(((client, clock), (client, clock + length)))
     for item in scan.items:
         origin, right = item.origin, item.right_origin
         if origin is not None and right is not None and right == (origin[0], origin[1] + 1):

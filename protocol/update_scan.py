@@ -296,21 +296,6 @@ def _item(d: Decoder, info: int, client: int, clock: int) -> ScannedItem:
     )
 
 
-def deleted_spans(deletes: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
-    """A delete set as yrs applies it: per client, sorted, overlapping and touching ranges
-    joined; (client, first clock, one past the last)."""
-    spans: list[tuple[int, int, int]] = []
-    for client, clock, length in sorted(deletes):
-        if length <= 0:
-            continue
-        if spans and spans[-1][0] == client and clock <= spans[-1][2]:
-            last = spans[-1]
-            spans[-1] = (client, last[1], max(last[2], clock + length))
-        else:
-            spans.append((client, clock, clock + length))
-    return spans
-
-
 def skip_content(d: Decoder, kind: int) -> int:
     """Reads past an item's content of ``kind``; its length in clock units."""
     return _content(d, kind)

@@ -3,7 +3,7 @@ more of them: known before the update is applied.
 
 yrs keeps each client's items as one list of blocks. Cutting an item (a delete that starts or
 ends inside it, an item typed inside it) walks the item's text up to the cut (about 0.85 ns per
-character on this machine), copies the rest into a new block (0.02-0.08 ns per unit) and inserts
+character on this machine), copies the rest into a new block (0.024-0.078 ns per unit) and inserts
 that block into the list, moving every block after it (about 0.3 ns each). So one update of N
 one-character deletes over one long item of L characters costs O(N·L) (1.27 MB held the event
 loop 5.7 s), N inserts typed from the end of one long item backwards O(N·L) at the walking rate,
@@ -11,13 +11,13 @@ and N cuts of N separate items O(N²).
 
 ``ItemCuts`` remembers, for every client, the clocks where its items are known to be cut: where a
 chain of typing breaks, where an item continues one with another right origin or kind, the bounds
-of every delete and garbage-collected range, and every place an item was typed into. ``cost``
-then prices an update's cuts in units of about one copied character: for each item it cuts, in
-the order yrs makes the cuts (the update's items in clock order, then its deletes in ascending
-order), ``WALK_WEIGHT`` per character walked, one per character copied, ``BLOCK_WEIGHT`` per block
-moved. Where the order is not known (several clients cutting one item, cuts inside the update's
-own items) each cut is priced as if it were the first in its item. The guard refuses an update
-whose cost exceeds its budget (``collab.updates.guard``).
+of every delete and garbage-collected range, and every place an item was typed into. ``cost`` then
+prices an update's cuts in units of about one copied character: for each item it cuts, in the order
+yrs makes the cuts (the update's items in clock order, then its delete ranges as written: yrs
+neither sorts nor joins them), ``WALK_WEIGHT`` per character walked, one per character copied,
+``BLOCK_WEIGHT`` per block moved. Where the order is not known (several clients cutting one item,
+cuts inside the update's own items) each cut is priced as if it were the first in its item. The
+guard refuses an update whose cost exceeds its budget (``collab.updates.guard``).
 
 The estimate errs high: it knows no cut yrs healed by squashing deleted neighbours, and a cut
 into a healed item is priced at the longer item. Knows nothing of pycrdt: plain clocks, and the
@@ -27,28 +27,29 @@ update as ``protocol.update_scan`` reads it.
 from __future__ import annotations
 
 import bisect
-import itertools
 from array import array
 from collections.abc import Iterator
 
-from tether.protocol.update_scan import ID, ScannedUpdate, deleted_spans
+from tether.protocol.update_scan import ID, ScannedUpdate
 
 # Weights per unit of one copied UTF-16 unit. Measured here (pycrdt 0.14, 2-core EPYC): a unit
 # copied 0.024 ns (ASCII) to 0.078 ns (three-byte characters); a character walked 0.85-1.9 ns;
-# a block moved 0.3-0.5 ns. So a unit of the estimate is 0.02-0.08 ns of yrs for every shape.
+# a block moved 0.3-0.5 ns. So a unit of the estimate is 0.023-0.073 ns of yrs for every shape
+# tried (docs/benchmarks.md).
 WALK_WEIGHT = 24
 BLOCK_WEIGHT = 5
-# The live budget: at most ~120 ms of yrs at the slowest rate, ~36 ms copying ASCII. Honest edits
+# The live budget: at most ~110 ms of yrs at the slowest rate, ~35 ms copying ASCII. Honest edits
 # measured (docs/benchmarks.md): typing, select-and-delete and 200 offline inserts price under
-# 1.2e7; a find-and-replace of 245 matches in one pasted 100 KB item 2.6e8 back to front; of
-# 2,459 matches in one pasted 1 MB item 1.3e9 front to back (37 ms), but 2.5e10 back to front,
-# where yrs walks the item from its start at every cut (1.2 s): that one is refused.
+# 1.5e7; a find-and-replace of 245 matches in one pasted 100 KB item 3.1e8 back to front; 2,500
+# inserts front to back into one 1 MB item 1.3e9 (30-84 ms); but a find-and-replace of 2,459
+# matches in one pasted 1 MB item made back to front 3.0e10, where yrs walks the item from its
+# start at every cut (1.2 s): that one is refused.
 DEFAULT_MAX_CUT_COST = 1_500_000_000
 
 # Cuts one update may make at all, whatever they cost: the estimate itself takes about a
 # microsecond per cut, so a delete set of a million ranges is refused without pricing them all.
 # The largest honest edit measured, a find-and-replace of 2,459 matches, makes 4,918.
-MAX_CUTS = 20_000
+MAX_CUTS = 10_000
 
 _ItemKind = tuple[ID | None, int]  # an item's right origin and content kind
 
@@ -67,13 +68,10 @@ class ItemCuts:
         """What applying ``scan`` would cost yrs in cutting items (see the module docstring),
         given ``known`` (client → one past its last clock the document has); counting stops
         once it passes ``budget``."""
-        points = _cut_points(scan)
-        if not points:
-            return 0  # typing on at the end: nothing to cut
         fresh: _FreshItems | None = None
         items: dict[tuple[int, int], _CutItem] = {}
         total = cuts = 0
-        for (client, clock), cutter in points.items():
+        for (client, clock), cutter in _cut_points(scan):
             end = known.get(client, 0)
             if clock <= 0:
                 continue
@@ -118,7 +116,7 @@ class ItemCuts:
     def record(self, scan: ScannedUpdate, known: dict[int, int]) -> None:
         """Remember the cuts ``scan`` makes; called as it is admitted, with ``known`` as it was
         before."""
-        for client, clock in _cut_points(scan):
+        for (client, clock), _ in _cut_points(scan):
             self._add(client, clock)
         for gap in scan.ranges:
             self._add(gap.client, gap.clock)
@@ -169,27 +167,34 @@ class ItemCuts:
 _DELETES = -1  # the "client" cutting at a delete's bound: yrs applies deletes after all items
 
 
-def _cut_points(scan: ScannedUpdate) -> dict[ID, int]:
-    """The clocks where ``scan`` needs a block to start, in the order yrs cuts there, each with
-    who cuts (the inserting client, or ``_DELETES``): after every origin (but that of an item
-    typed on after its own client's previous one), at every right origin, then at both ends of
-    every delete, in ascending order."""
-    points: dict[ID, int] = {}
+def _cut_points(scan: ScannedUpdate) -> Iterator[tuple[ID, int]]:
+    """The clocks where ``scan`` needs a block to start, each once, in the order yrs cuts
+    there, with who cuts (the inserting client, or ``_DELETES``): after every origin (but that
+    of an item typed on after its own client's previous one) and at every right origin, item by
+    item, then at both ends of every delete range as written (yrs neither sorts nor joins them:
+    40,000 touching one-character ranges cut 40,000 times). Lazy, so pricing can stop early."""
+    seen: set[ID] = set()
     for item in scan.items:
         origin = item.origin
         if origin is not None and (origin[0] != item.client or origin[1] != item.clock - 1):
-            points.setdefault((origin[0], origin[1] + 1), item.client)
-        if item.right_origin is not None:
-            points.setdefault(item.right_origin, item.client)
-    for client, start, end in deleted_spans(scan.deletes):
-        points.setdefault((client, start), _DELETES)
-        points.setdefault((client, end), _DELETES)
-    return points
+            point = (origin[0], origin[1] + 1)
+            if point not in seen:
+                seen.add(point)
+                yield point, item.client
+        right = item.right_origin
+        if right is not None and right not in seen:
+            seen.add(right)
+            yield right, item.client
+    for client, clock, length in scan.deletes:
+        for point in ((client, clock), (client, clock + length)):
+            if point not in seen:
+                seen.add(point)
+                yield point, _DELETES
 
 
 class _CutItem:
     """One known item and the cuts the update makes in it, in the order yrs makes them: the
-    update's items' cuts first, in their order, then its deletes' cuts, ascending."""
+    update's items' cuts first, in their order, then its deletes' cuts, as written."""
 
     __slots__ = ("after", "cutters", "deletes", "end", "inserts", "start")
 
@@ -207,36 +212,30 @@ class _CutItem:
             self.cutters.add(cutter)
 
     def cost(self) -> int:
-        count = len(self.inserts) + len(self.deletes)
-        # Each cut moves the blocks after it: those after the item, and at most every cut of
-        # this update to its right.
-        total = BLOCK_WEIGHT * (count * self.after + count * (count - 1) // 2)
-        for clock, (left, right) in zip(self.inserts, self._insert_bounds(), strict=True):
-            total += WALK_WEIGHT * (clock - left) + (right - clock)
-        return total + self._deletes_cost()
-
-    def _insert_bounds(self) -> Iterator[tuple[int, int]]:
-        """The bounds of the piece each insert's cut falls in, as yrs makes them in order."""
-        clocks, start, end = self.inserts, self.start, self.end
-        if len(self.cutters) == 1 and all(a < b for a, b in itertools.pairwise(clocks)):
-            return zip([start, *clocks[:-1]], [end] * len(clocks), strict=True)
-        if len(self.cutters) == 1 and all(a > b for a, b in itertools.pairwise(clocks)):
-            return zip([start] * len(clocks), [end, *clocks[:-1]], strict=True)
-        # Several clients (yrs's order among them is its own) or no order: each as if first.
-        return ((start, end) for _ in clocks)
-
-    def _deletes_cost(self) -> int:
-        """The deletes' cuts, ascending, in an item the inserts' cuts already divided."""
-        cut = sorted(self.inserts)
+        """Each cut, in order, walks from the cut below it and copies up to the cut above it
+        (bounds of the item, or cuts made before), and moves every block after it."""
+        bounds = [self.start, self.end]  # sorted: where the item is cut so far
         total = 0
-        previous = self.start
-        for clock in self.deletes:
-            at = bisect.bisect_left(cut, clock)
-            left = max(previous, cut[at - 1] if at else self.start)
-            right = cut[at] if at < len(cut) else self.end
-            total += WALK_WEIGHT * (clock - left) + (right - clock)
-            previous = clock
+        if len(self.cutters) > 1:
+            # Several clients: yrs's order among them is its own, so each as if first.
+            total += sum(self._price(bounds, clock) for clock in self.inserts)
+            bounds = sorted({*bounds, *self.inserts})
+        else:
+            total += self._cut_in_order(bounds, self.inserts)
+        return total + self._cut_in_order(bounds, self.deletes)
+
+    def _cut_in_order(self, bounds: list[int], clocks: list[int]) -> int:
+        total = 0
+        for clock in clocks:
+            total += self._price(bounds, clock)
+            bisect.insort(bounds, clock)
         return total
+
+    def _price(self, bounds: list[int], clock: int) -> int:
+        at = bisect.bisect_left(bounds, clock)
+        left, right = bounds[at - 1], bounds[at]
+        moved = self.after + len(bounds) - 1 - at  # blocks after: beyond the item, and cuts
+        return WALK_WEIGHT * (clock - left) + (right - clock) + BLOCK_WEIGHT * moved
 
 
 class _FreshItems:

@@ -15,6 +15,7 @@ from tether.collab.bench.shape_updates import (
     fragmenting_deletes,
     fragmenting_inserts,
     item,
+    long_item,
     string,
     update,
 )
@@ -116,10 +117,16 @@ def test_a_select_and_delete_over_a_much_edited_document_cuts_nothing_new() -> N
             admitted(edit(client, lambda text: text.insert(len(text) // 2, "more ")), guard=guard)
     everything = edit(client, lambda text: text.__delitem__(slice(0, len(text))))
     assert cost(guard, everything) == 0
-    # Yjs writes only what it deletes now: ranges between the characters deleted before.
-    end = guard.known_clocks[9]
-    kept = [c for c in range(end) if c not in deleted]
-    ranges = [(c, 1) for c in kept]
+    # Yjs writes only what it deletes now, sorted and joined: ranges between the characters
+    # deleted before.
+    ranges: list[tuple[int, int]] = []
+    for clock in range(guard.known_clocks[9]):
+        if clock in deleted:
+            continue
+        if ranges and sum(ranges[-1]) == clock:
+            ranges[-1] = (ranges[-1][0], ranges[-1][1] + 1)
+        else:
+            ranges.append((clock, 1))
     yjs_like = update([], [(9, ranges)])
     assert len(scan_update(yjs_like).deletes) > 50
     assert cost(guard, yjs_like) == 0
@@ -166,3 +173,15 @@ def test_cuts_where_the_document_was_cut_before_are_free() -> None:
     between = item(STRING, string("x"), origin=(OWNER, 1), right=(OWNER, 2))
     again = update([(ATTACKER, 0, [between])])
     assert cost(guard, again) == 0
+
+
+def test_touching_delete_ranges_each_cut_since_yrs_does_not_join_them() -> None:
+    """40,000 one-character ranges side by side over one long item: yrs cuts at every one of
+    them (0.35 s here; back to front 1.1 s), not once as for the one range they add up to."""
+    guard = admitted(long_item(400_000))
+    one = update([], [(OWNER, [(0, 40_000)])])
+    touching = update([], [(OWNER, [(i, 1) for i in range(40_000)])])
+    assert cost(guard, one) < 10**7
+    with pytest.raises(UpdateRefused) as refused:
+        guard.check(scan_update(touching))
+    assert refused.value.limit == "item-cuts"
