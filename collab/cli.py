@@ -35,6 +35,7 @@ _WORKER_HELP = "what the process hop to the model worker adds to time-to-first-t
 _CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback balancer"
 _CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
+_SHAPES_HELP = "what one adversarial update costs on the receive and load paths, as N grows"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
         add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
         add_reconnect_arguments(bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP))
+        from .bench.shapes import add_shapes_arguments
+
+        add_shapes_arguments(bench_kinds.add_parser("shapes", help=_SHAPES_HELP))
         from .bench.quality import add_quality_arguments
 
         add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
@@ -120,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("idle", help=_IDLE_HELP)
         bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP)
         bench_kinds.add_parser("quality", help=_QUALITY_HELP)
+        bench_kinds.add_parser("shapes", help=_SHAPES_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -166,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.bigdoc import run_bigdoc_bench
 
         return run_bigdoc_bench(args)
+    if args.bench == "shapes":
+        from .bench.shapes import run_shapes_bench
+
+        return run_shapes_bench(args)
     if args.bench == "ai":
         from .bench.ai import run_ai_bench
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 from .errors import DecodeError
 from .lib0 import Decoder, write_var_uint, write_var_uint8_array
-from .update_scan import STRING, skip_content
+from .update_scan import STRING, read_item_header, skip_content
 
 _GC, _SKIP = 0, 10
-_ORIGIN, _RIGHT_ORIGIN = 0x80, 0x40
+_ORIGIN = 0x80
 # Room for a piece's own framing (client count, struct count, client id, clock, delete set).
 _PIECE_OVERHEAD = 64
 EMPTY_DELETE_SET = b"\x00"
@@ -209,18 +209,7 @@ def _read_struct(
     if kind in (_GC, _SKIP):
         length = d.read_var_uint()
         return update[start : d.pos], length
-    right_origin: tuple[int, int] | None = None
-    if info & _ORIGIN:
-        d.read_var_uint(), d.read_var_uint()
-    if info & _RIGHT_ORIGIN:
-        right_origin = (d.read_var_uint(), d.read_var_uint())
-    if not info & (_ORIGIN | _RIGHT_ORIGIN):
-        if d.read_var_uint() == 1:
-            d.read_var_string()
-        else:
-            d.read_var_uint(), d.read_var_uint()
-        if info & 0x20:
-            d.read_var_string()
+    right_origin = read_item_header(d, info)[1]
     header = update[start : d.pos]
     if kind == STRING:
         size = d.read_var_uint()

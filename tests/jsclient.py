@@ -15,10 +15,12 @@ assert :func:`node_available` with :data:`NODE_MODULES_MISSING` as the message),
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import os
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -34,6 +36,7 @@ __all__ = [
     "JsEditor",
     "node_available",
     "require_node",
+    "yjs_applied",
 ]
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -64,6 +67,24 @@ def require_node() -> None:
     """Raise ``RuntimeError(NODE_MODULES_MISSING)`` unless :func:`node_available`."""
     if not node_available():
         raise RuntimeError(NODE_MODULES_MISSING)
+
+
+def yjs_applied(updates: Sequence[bytes]) -> dict[str, Any]:
+    """What one fresh ``Y.Doc`` in Node became after ``updates``, in order
+    (``tests/js/apply_updates.mjs``): its text, map, state vector (base64) and ``pending``."""
+    require_node()
+    node = shutil.which("node")
+    assert node is not None
+    result = subprocess.run(
+        [node, "js/apply_updates.mjs"],
+        cwd=TESTS_DIR,
+        input=json.dumps([base64.b64encode(update).decode() for update in updates]),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return dict(json.loads(result.stdout))
 
 
 class EditorExitedError(RuntimeError):

@@ -5,6 +5,7 @@ document, the stored snapshot after compaction and a reload all agree."""
 from __future__ import annotations
 
 import random
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -365,7 +366,7 @@ async def test_an_edit_inside_an_emoji_is_refused_so_live_and_reloaded_agree(
         assert (await rest(server, "emoji")).json()["text"] == "😀Xb"
 
 
-CraftedItem = tuple[tuple[int, int], tuple[int, int], str]  # origin, right origin, text
+CraftedItem = tuple[tuple[int, int], tuple[int, int] | None, str]  # origin, right origin, text
 
 
 def crafted_items(client: int, items: list[CraftedItem]) -> bytes:
@@ -379,25 +380,42 @@ def crafted_clients(items_by_client: dict[int, list[CraftedItem]]) -> bytes:
     for client, items in items_by_client.items():
         out += write_var_uint(len(items)) + write_var_uint(client) + write_var_uint(0)
         for origin, right, text in items:
-            out += bytes([0x80 | 0x40 | 4])
-            for part in (*origin, *right):
+            out += bytes([0x80 | (0x40 if right else 0) | 4])
+            for part in (*origin, *(right or ())):
                 out += write_var_uint(part)
             out += write_var_string(text)
     return out + write_var_uint(0)
 
 
 @pytest.mark.parametrize(
-    ("hostile", "reloads"),
+    ("hostile", "reloads", "typists"),
     [
         # The second item hangs between two units of the first (origin and right origin both
         # the first's last unit): live yrs wrote "helloABA world", rebuilt from storage
         # "helloAAB world". Refused before it is applied now (origin and right origin equal).
         pytest.param(
-            crafted_items(88, [((1, 4), (1, 5), "AA"), ((88, 1), (88, 1), "B")]), 0, id="equal"
+            crafted_items(88, [((1, 4), (1, 5), "AA"), ((88, 1), (88, 1), "B")]),
+            0,
+            ["hello world"],
+            id="equal",
         ),
-        # Client 90's right origin (88's "A", near "hello") is left of its origin (89's "C",
-        # near "world"). Where 88 and 89 land is only known once applied, so the server
-        # applies, checks, and rebuilds the doc from storage.
+        # Client 90's right origin (88's "A", in "hello") is left of its origin (89's "C", in
+        # "world"), which five clients typed one after the other: history cannot tell where 88
+        # and 89 land, so the server applies, checks, and rebuilds the doc from storage.
+        pytest.param(
+            crafted_clients(
+                {
+                    88: [((1, 1), (1, 2), "AA")],
+                    89: [((6, 0), (6, 1), "CC")],
+                    90: [((89, 1), (88, 0), "B")],
+                }
+            ),
+            1,
+            ["hello", " ", "w", "o", "r", "ld"],
+            id="placed-by-the-update",
+        ),
+        # The same with "hello world" typed by one client: right origins show it (88's "A" sits
+        # left of "o", which is left of "r"), so it is refused before it is applied.
         pytest.param(
             crafted_clients(
                 {
@@ -406,20 +424,26 @@ def crafted_clients(items_by_client: dict[int, list[CraftedItem]]) -> bytes:
                     90: [((89, 1), (88, 0), "B")],
                 }
             ),
-            1,
-            id="placed-by-the-update",
+            0,
+            ["hello world"],
+            id="shown-by-right-origins",
         ),
     ],
 )
 async def test_inconsistent_origins_among_one_updates_own_items_are_undone(
-    plain_server: ServerProcess, hostile: bytes, reloads: int
+    plain_server: ServerProcess, hostile: bytes, reloads: int, typists: list[str]
 ) -> None:
     """Nothing of the update remains, the author's socket never notices."""
     server = plain_server
     token = server.token()
-    seed = Doc(client_id=1)
-    seed.get(TEXT, type=Text).insert(0, "hello world")
-    name = f"own-origins-{reloads}"
+    seed = Doc()
+    for client, piece in enumerate(typists, start=1):  # each piece typed by the next client
+        typist = Doc(client_id=client)
+        typist.apply_update(seed.get_update())
+        typed = typist.get(TEXT, type=Text)
+        typed.insert(len(typed), piece)
+        seed.apply_update(typist.get_update())
+    name = f"own-origins-{zlib.crc32(hostile)}"
     before = metric_value(await metrics_text(server), "tether_document_reloads_total") or 0
     async with (
         await MuxPeer.connect(server.ws_url) as author,

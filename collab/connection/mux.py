@@ -42,6 +42,7 @@ from tether.protocol.session import (
     SessionEvent,
     SessionLimits,
 )
+from tether.protocol.sync import SyncStep1
 
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
@@ -54,6 +55,7 @@ from ..runtime.loop_watch import done, note
 from ..runtime.metrics import label_value
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
+from ..updates.reading import reads_off_loop
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
@@ -204,7 +206,8 @@ class MuxConnection:
     def _handle_now(self, event: SessionEvent) -> bool:
         """Act on an event that needs no ``await``; False for the others."""
         if isinstance(event, Incoming):
-            if isinstance(event.message, Stateless):
+            message = event.message
+            if isinstance(message, Stateless) or _read_off_loop(message):
                 return False
             self._dispatch(event)
             return True
@@ -223,6 +226,12 @@ class MuxConnection:
 
     async def _handle(self, event: SessionEvent) -> None:
         if self._handle_now(event):
+            return
+        if isinstance(event, Incoming) and isinstance(event.message, Sync):  # a big update
+            attached = self._attached.get(event.channel)
+            if attached is not None:
+                note("SyncUpdate", attached[0].name, attached[1])
+                await attached[0].receive_update_off_loop(attached[1], _update_of(event.message))
             return
         if isinstance(event, Incoming):  # a Stateless message: the AI's hook
             room, peer = self._attached[event.channel]
@@ -420,11 +429,24 @@ _LIMIT_SETTINGS = {
 _SESSION_LIMITS = (ChannelNameTooLong, QueueBudgetExhausted, QueueOverflow)
 
 
+def _read_off_loop(message: object) -> bool:
+    """A Sync message carrying an update big enough to be read in a worker thread."""
+    return isinstance(message, Sync) and reads_off_loop(_update_of(message))
+
+
+def _update_of(message: Sync) -> bytes:
+    inner = message.message
+    return b"" if isinstance(inner, SyncStep1) else inner.update
+
+
 def _needs_task(data: bytes) -> bool:
-    """A frame whose handling may await (a Token: authentication; a Stateless: the AI's hook),
-    or one whose header cannot be read here (the receive loop meets the error)."""
+    """A frame whose handling may await (a Token: authentication; a Stateless: the AI's hook;
+    a big update: read off the loop), or one whose header cannot be read here (the receive
+    loop meets the error)."""
     if len(data) < 2:
         return False  # a Ping or a Pong (an empty frame fails the same either way)
+    if reads_off_loop(data):
+        return True
     name_length = data[0]
     if name_length < 0x80 and name_length + 1 < len(data) and data[name_length + 1] < 0x80:
         kind = data[name_length + 1]  # a short channel name: no decoder needed

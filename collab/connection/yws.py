@@ -11,6 +11,7 @@ import logging
 import time
 
 from tether.protocol.lib0 import write_var_uint
+from tether.protocol.sync import SyncStep1
 from tether.protocol.yws import (
     YWS_SYNC,
     YAwareness,
@@ -29,6 +30,7 @@ from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
+from ..updates.reading import reads_off_loop
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
@@ -110,7 +112,11 @@ class YwsConnection:
             message = decode_yws_frame(data, max_frame_bytes=limit)
             note(type(message).__name__, room.name, peer)
             if isinstance(message, YSync):
-                room.handle_sync(peer, message.message)
+                inner = message.message
+                if not isinstance(inner, SyncStep1) and reads_off_loop(inner.update):
+                    await room.receive_update_off_loop(peer, inner.update)
+                else:
+                    room.handle_sync(peer, inner)
             elif isinstance(message, YAwareness):
                 room.handle_awareness(peer, message.update)
             elif isinstance(message, YQueryAwareness):

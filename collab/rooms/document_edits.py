@@ -2,8 +2,9 @@
 a loaded room as ordinary CRDT changes: broadcast to its editors, stored, durable when awaited.
 
 Knows nothing of HTTP. An imported update goes through the same checks, in the same order, as
-a peer's update in ``Room.receive_update``: the scan, the update guard (nesting, dependencies),
-the origin-order checks before and after applying; a refusal leaves the document unchanged.
+a peer's update in ``Room.receive_update``: the scan (runs merged), the update guard (nesting,
+dependencies), the origin-order checks before and after applying; a refusal leaves the document
+unchanged.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 
 from pycrdt import Doc, Text
 
-from tether.protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_merge import scan_merged
+from tether.protocol.update_scan import MalformedUpdate
 
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
+from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from .direct import TEXT_NAME
 from .room import InvalidUpdate, Room, apply_update
 
@@ -38,13 +41,30 @@ class ImportRefused(Exception):
 
 
 def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[int]:
-    """Apply a Yjs update to ``room`` as one change; raises ImportRefused (nothing applied)."""
+    """Apply a Yjs update to ``room`` as one change; raises ImportRefused (nothing applied),
+    at once or, for a big update read in a worker thread first, from the future."""
+    if reads_off_loop(update):
+        return asyncio.ensure_future(_import_off_loop(room, update, origin))
     try:
-        scan = scan_update(update)
-        room.guard.check(scan)  # MissingDependencies is an UpdateRefused too
-        applied_pairs = check_origin_order(room.doc, scan, room.guard)
+        read = scan_merged(update)  # runs merged, as on the socket path
     except MalformedUpdate as exc:
         raise ImportRefused("malformed", f"malformed update: {exc}") from exc
+    return _import(room, read, origin)
+
+
+async def _import_off_loop(room: Room, update: bytes, origin: object) -> int:
+    try:
+        read = await read_update(update)
+    except MalformedUpdate as exc:
+        raise ImportRefused("malformed", f"malformed update: {exc}") from exc
+    return await _import(room, read, origin)
+
+
+def _import(room: Room, read: ReadUpdate, origin: object) -> asyncio.Future[int]:
+    update, scan = read
+    try:
+        room.guard.check(scan)  # MissingDependencies is an UpdateRefused too
+        applied_pairs = check_origin_order(room.doc, scan, room.guard)
     except UpdateRefused as exc:
         raise ImportRefused(exc.limit, str(exc)) from exc
 

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator
 
 from pycrdt import Doc
 
-from tether.protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.update_merge import scan_merged
+from tether.protocol.update_scan import MalformedUpdate
 
 from ..hooks import Hooks
 from ..runtime import gc_policy
@@ -293,8 +294,10 @@ def _load_stored(name: str, doc: Doc, guard: UpdateGuard, update: bytes) -> bool
     """Apply one stored update through the same checks as a live one; False if it was
     applied as pending (its dependencies missing)."""
     try:
-        scan = scan_update(update)
-        parents = guard.check(scan)
+        # Runs merged as on the socket path: a log stored before that still holds an unmerged
+        # run (O(run²) in yrs) never replays it as it was.
+        update, scan = scan_merged(update)
+        parents = guard.check(scan, stored=True)
     except MissingDependencies:
         # Stored before the guard refused such updates: yrs parks it as pending, as it did.
         log.warning("a stored update of %r has missing dependencies; applied as pending", name)

@@ -28,6 +28,7 @@ from tether.protocol.sync import (
     SyncUpdate,
     encode_awareness,
 )
+from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate, scan_update
 from tether.protocol.update_split import split_update
 
@@ -43,6 +44,7 @@ from ..updates.guard import (
     check_applied_origin_order,
     check_origin_order,
 )
+from ..updates.reading import ReadUpdate, read_update
 from ..updates.yrs_panics import is_rust_panic
 from .durability import AckQueue, Durability
 from .peer import Peer
@@ -184,7 +186,18 @@ class Room:
             return
         self.receive_update(peer, message.update)
 
-    def receive_update(self, peer: Peer, update: bytes) -> None:
+    async def receive_update_off_loop(self, peer: Peer, update: bytes) -> None:
+        """``receive_update`` for a big update, read (scanned, runs merged) in a worker thread
+        first; the caller awaits it before the peer's next frame, so its updates keep order."""
+        try:
+            read: ReadUpdate | MalformedUpdate = await read_update(update)
+        except MalformedUpdate as exc:
+            read = exc
+        self.receive_update(peer, update, read)
+
+    def receive_update(
+        self, peer: Peer, update: bytes, read: ReadUpdate | MalformedUpdate | None = None
+    ) -> None:
         acks = self._acks.get(peer)
         if acks is None:
             return
@@ -201,7 +214,9 @@ class Room:
             self._reload.turned_away(peer)
             return
         try:
-            scan = scan_update(update)
+            # A run of items the client's own encoder would have sent as one is merged first:
+            # yrs merges it in O(run²). What is applied is what is stored and broadcast.
+            update, scan = _read(update, read)
             parents = self.guard.check(scan)
             applied_pairs = check_origin_order(self.doc, scan, self.guard)
         except MalformedUpdate as exc:
@@ -273,7 +288,7 @@ class Room:
         ``in_order`` (everything numbered before it is applied) parks it as pending instead,
         as a load does: what it lacks was never committed, and waiting would wait forever."""
         try:
-            scan = scan_update(update)
+            update, scan = scan_merged(update)  # another node merged it; a no-op then
             parents = self.guard.check(scan)
         except MissingDependencies:
             if not in_order:
@@ -411,6 +426,15 @@ class Room:
 
 
 _PRESENCE_SNAPSHOT = "presence"
+
+
+def _read(update: bytes, read: ReadUpdate | MalformedUpdate | None) -> ReadUpdate:
+    """The update as read off the loop (``read``), or read here."""
+    if read is None:
+        return scan_merged(update)
+    if isinstance(read, MalformedUpdate):
+        raise read
+    return read
 
 
 def _fingerprint(state_vector: bytes) -> bytes:

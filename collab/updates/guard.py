@@ -17,7 +17,11 @@ or stored when
 - it inserts or deletes at a boundary inside a character of two UTF-16 units (an emoji): clocks
   count UTF-16 units, but yrs keeps text as UTF-8 and cannot split there, so it integrates such
   an item in one place live and another after a reload (Yjs in JavaScript writes U+FFFD over
-  both halves instead: a third result). The guard remembers where each such character starts.
+  both halves instead: a third result). The guard remembers where each such character starts;
+- it would cut the document's items into so many pieces that yrs, which walks and copies an item
+  and moves its block list at every cut, would hold the event loop for more than about 100 ms
+  (``collab.updates.item_cuts``: one 1.27 MB delete set of one-character ranges over one long
+  item took 5.7 s).
 
 Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
 an update once pycrdt has applied it (every change to the document must be admitted, the server's
@@ -28,15 +32,28 @@ from __future__ import annotations
 
 import bisect
 from array import array
+from collections.abc import Iterable
 
 from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
 from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
 
-from .sequence_order import Chains, OrderFacts
+from .item_cuts import DEFAULT_MAX_CUT_COST, ItemCuts
+from .sequence_order import Chains, OrderFacts, RightOrigins
 from .yrs_panics import is_rust_panic
 
 DEFAULT_MAX_NESTING_DEPTH = 128
+# Items whose place history cannot settle are placed by walking the document (two sticky-index
+# resolutions each, 4-13 ns per block here): an update may have this many walked at any
+# document size (an honest keystroke has at most one pair), and more only while their count
+# times the document's blocks stays under MAX_WALKED_BLOCKS (about 50 ms). History settles
+# every pair of an honest burst of 2,000 offline edits (tests/collab/test_sequence_order.py).
+FREE_WALKS = 4
+MAX_WALKED_BLOCKS = 4_000_000
+# A stored update is checked against this many times the live budget for cuts: the estimate
+# from a folded snapshot knows fewer cuts than it did live, and a document must not become
+# unloadable for that. An update that was costly before the guard priced cuts stays far above.
+STORED_CUT_COST_FACTOR = 2
 
 Parent = str | ID | None  # a root's name, a nested type's item, or unknown (garbage-collected)
 OriginPair = tuple[ID, ID]  # an item's origin and right origin
@@ -77,18 +94,23 @@ class _Runs:
 
 
 class UpdateGuard:
-    def __init__(self, max_depth: int) -> None:
+    def __init__(self, max_depth: int, max_cut_cost: int = DEFAULT_MAX_CUT_COST) -> None:
         self.max_depth = max_depth
+        self.max_cut_cost = max_cut_cost
+        self.cuts = ItemCuts()  # where the document's items are cut (collab.updates.item_cuts)
         self._known: dict[int, int] = {}  # client → one past its last known clock
         self._runs: dict[int, _Runs] = {}
         self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
         # client → sorted clocks where a two-unit character starts (a split after one is refused)
         self._pairs: dict[int, array[int]] = {}
-        self.chains = Chains()  # what history says about order (collab.updates.sequence_order)
+        # What history says about order (collab.updates.sequence_order).
+        self.chains = Chains()
+        self.rights = RightOrigins()
 
-    def check(self, scan: ScannedUpdate) -> dict[int, Parent]:
+    def check(self, scan: ScannedUpdate, *, stored: bool = False) -> dict[int, Parent]:
         """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
-        new item (by index in ``scan.items``) for ``admit``."""
+        new item (by index in ``scan.items``) for ``admit``. ``stored``: read back from storage,
+        where the budget for cuts is ``STORED_CUT_COST_FACTOR`` times larger."""
         known = self._known
         for client, start in scan.starts.items():
             if start > known.get(client, 0):
@@ -103,7 +125,17 @@ class UpdateGuard:
             if clock + length > max(known.get(client, 0), scan.ends.get(client, 0)):
                 raise MissingDependencies("update refused: it deletes structs this document lacks")
         self._check_character_boundaries(scan)
+        self._check_cut_cost(scan, STORED_CUT_COST_FACTOR if stored else 1)
         return _Resolver(self, scan).resolve_all()
+
+    def _check_cut_cost(self, scan: ScannedUpdate, factor: int) -> None:
+        budget = self.max_cut_cost * factor
+        if self.cuts.cost(scan, self._known, budget) > budget:
+            raise UpdateRefused(
+                "update refused: it cuts this document's text into too many pieces at once"
+                " (yrs would hold the server for too long); send it in parts",
+                "item-cuts",
+            )
 
     def _check_character_boundaries(self, scan: ScannedUpdate) -> None:
         fresh: set[tuple[int, int]] = {
@@ -135,6 +167,8 @@ class UpdateGuard:
     def admit(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
         known = self._known
         self.chains.record(scan, known)
+        self.rights.record(scan, known)
+        self.cuts.record(scan, known)
         for gap in scan.ranges:
             if gap.clock + gap.length > known.get(gap.client, 0):
                 self._runs_of(gap.client).add(max(gap.clock, known.get(gap.client, 0)), None)
@@ -340,6 +374,7 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
     """
     known: list[OriginPair] = []
     later: list[OriginPair] = []
+    asked: set[ID] = set()  # the items of ``known``: each a walk of the document
     facts: OrderFacts | None = None
     shown: set[int] = set()  # this update's items whose own pair is shown in order already
     for position, item in enumerate(scan.items):
@@ -347,9 +382,10 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
         if origin is None or right is None:
             continue
         if facts is None:
-            fresh = Chains()
+            fresh, fresh_rights = Chains(), RightOrigins()
             fresh.record(scan, guard.known_clocks)
-            facts = OrderFacts(guard.chains, fresh)
+            fresh_rights.record(scan, guard.known_clocks)
+            facts = OrderFacts(guard.chains, fresh, (guard.rights, fresh_rights))
         if facts.left_of(origin, right):
             shown.add(position)
             continue  # shown in order by history: nothing to ask yrs
@@ -357,8 +393,14 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
             raise _inconsistent()
         if guard.knows(origin) and guard.knows(right):
             known.append((origin, right))
+            asked.update((origin, right))
+            if len(asked) > FREE_WALKS:
+                _bound_walks(guard, asked, ())  # refused early, not after pricing every pair
         else:
             later.append((origin, right))
+    later = _not_shown(later, shown, scan)
+    if asked or later:
+        _bound_walks(guard, asked, later)
     undecided: list[OriginPair] = []
     if known:
         undecided = _check_pairs(doc, known, unplaceable_is_inconsistent=True)
@@ -373,25 +415,43 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
                 and guard.knows(item.right_origin)
                 and (item.origin, item.right_origin) not in unseen
             )
-    if later:
-        # An item of this update whose own pair is shown sits left of its right origin, every
-        # unit of it: a pair from inside it to that same right origin is in order too.
-        shown_by_right: dict[ID, list[ScannedItem]] = {}
-        for position in shown:
-            item = scan.items[position]
-            assert item.right_origin is not None
-            shown_by_right.setdefault(item.right_origin, []).append(item)
-        later = [
-            (left, right)
-            for left, right in later
-            if not any(
-                item.client == left[0] and item.clock <= left[1] < item.clock + item.length
-                for item in shown_by_right.get(right, ())
-            )
-        ]
+            later = _not_shown(later, shown, scan)
     # Pairs the walk cannot order now (two deleted items, nothing visible between) are asked
     # again once this update's own items are in: they may show the order then.
     return later + undecided
+
+
+def _not_shown(later: list[OriginPair], shown: set[int], scan: ScannedUpdate) -> list[OriginPair]:
+    """``later`` without the pairs an item of ``scan`` whose own pair is ``shown`` in order
+    settles: it sits left of its right origin, every unit of it, so a pair from inside it to
+    that same right origin is in order too."""
+    if not later or not shown:
+        return later
+    shown_by_right: dict[ID, list[ScannedItem]] = {}
+    for position in shown:
+        item = scan.items[position]
+        assert item.right_origin is not None
+        shown_by_right.setdefault(item.right_origin, []).append(item)
+    return [
+        (left, right)
+        for left, right in later
+        if not any(
+            item.client == left[0] and item.clock <= left[1] < item.clock + item.length
+            for item in shown_by_right.get(right, ())
+        )
+    ]
+
+
+def _bound_walks(guard: UpdateGuard, asked: set[ID], later: Iterable[OriginPair]) -> None:
+    """Refuse an update whose pairs history cannot order would have yrs walk the document too
+    many times: each distinct item asked costs a walk of up to every block of the document."""
+    walks = len(asked.union(ident for pair in later for ident in pair))
+    if walks > FREE_WALKS and walks * (guard.cuts.total + 1) > MAX_WALKED_BLOCKS:
+        raise UpdateRefused(
+            f"update refused: the order of {walks} of its items' neighbours cannot be told from"
+            " this document's history, and reading it off the document would take too long",
+            "origin-walks",
+        )
 
 
 def check_applied_origin_order(doc: Doc, pairs: list[OriginPair]) -> None:

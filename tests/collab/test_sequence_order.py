@@ -10,7 +10,7 @@ from pycrdt import Doc, Text
 
 from tether.collab.updates import guard as update_guard
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused, check_origin_order
-from tether.collab.updates.sequence_order import Chains, OrderFacts
+from tether.collab.updates.sequence_order import Chains, OrderFacts, RightOrigins
 from tether.protocol.update_scan import scan_update
 
 
@@ -53,13 +53,15 @@ def test_facts_agree_with_yrs_on_every_pair_they_settle(seed: int) -> None:
         else:
             text.insert(rng.randint(0, len(text)), rng.choice("xyz"))
     scan = scan_update(offline.get_update(state))
-    fresh = Chains()
+    fresh, fresh_rights = Chains(), RightOrigins()
     fresh.record(scan, guard.known_clocks)
-    facts = OrderFacts(guard.chains, fresh)
+    fresh_rights.record(scan, guard.known_clocks)
+    facts = OrderFacts(guard.chains, fresh, (guard.rights, fresh_rights))
     pairs = [(i.origin, i.right_origin) for i in scan.items if i.origin and i.right_origin]
     settled = [pair for pair in pairs if facts.left_of(*pair)]
     assert not [pair for pair in pairs if facts.left_of(pair[1], pair[0])]  # honest: none reversed
-    assert len(settled) > len(pairs) // 2  # most pairs need no walk of the sequence
+    # Origins back and right origins forward settle every pair: nothing to walk.
+    assert len(settled) == len(pairs)
     server.apply_update(offline.get_update(state))
     # The walk agrees with every pair the facts settled (it raises on one out of order).
     update_guard._check_pairs(server, settled, unplaceable_is_inconsistent=True)

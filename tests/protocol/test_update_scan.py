@@ -101,3 +101,20 @@ def test_a_keystroke_takes_the_shortcut():
     scanned = _scan_text_items(update)
     assert scanned is not None and scanned == _general(update)
     assert [item.length for item in scanned.items] == [1]
+
+
+def test_json_content_is_refused_since_yrs_reads_one_string_more_than_yjs_writes():
+    """Yjs writes a ContentJSON as a count and that many strings; yrs reads one more (it
+    cannot even read back its own encoding of one), so the scan and yrs would see different
+    structs after it, and the guard would check the wrong ones. No Yjs since v13 writes it."""
+    from tether.protocol.lib0 import write_var_string, write_var_uint
+
+    json_item = bytes([2]) + write_var_uint(1) + write_var_string("list")
+    json_item += write_var_uint(0) + write_var_string("1")  # count 0: yrs still reads a string
+    update = write_var_uint(1) + write_var_uint(1) + write_var_uint(7) + write_var_uint(0)
+    update += json_item + write_var_uint(0)
+    doc = Doc()
+    doc.apply_update(update)
+    assert doc.get("list", type=Array).to_py() == ["1"]  # yrs: one value where Yjs reads none
+    with pytest.raises(MalformedUpdate, match="JSON"):
+        scan_update(update)

@@ -4,14 +4,11 @@ the whole document, and only an indivisible struct may exceed the budget."""
 from __future__ import annotations
 
 import base64
-import json
 import random
-import shutil
-import subprocess
 
 from pycrdt import Doc, Map, Text
 
-from tests.jsclient import NODE_MODULES_MISSING, TESTS_DIR, node_available
+from tests.jsclient import yjs_applied
 from tether.protocol.lib0 import Decoder
 from tether.protocol.update_scan import STRING, scan_update
 from tether.protocol.update_split import split_update, utf16_length
@@ -129,9 +126,6 @@ def test_utf16_length_counts_code_units():
 
 
 def test_yjs_applies_the_pieces_in_order_and_shuffled():
-    assert node_available(), NODE_MODULES_MISSING
-    node = shutil.which("node")
-    assert node is not None
     source = edited_document(1)
     pieces = list(split_update(source.get_update(), 1000))
     # Structs in any order (Yjs parks what misses a dependency); the delete set last, as sent.
@@ -139,16 +133,7 @@ def test_yjs_applies_the_pieces_in_order_and_shuffled():
     random.Random(0).shuffle(shuffled)
     shuffled.append(pieces[-1])
     for order in (pieces, shuffled):
-        result = subprocess.run(
-            [node, "js/apply_updates.mjs"],
-            cwd=TESTS_DIR,
-            input=json.dumps([base64.b64encode(p).decode() for p in order]),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        seen = json.loads(result.stdout)
+        seen = yjs_applied(order)
         assert seen["text"] == str(source.get("content", type=Text))
         assert seen["map"] == source.get("meta", type=Map).to_py()
         assert not seen["pending"]
