@@ -232,6 +232,7 @@ class MuxConnection:
             if attached is not None:
                 note("SyncUpdate", attached[0].name, attached[1])
                 await attached[0].receive_update_off_loop(attached[1], _update_of(event.message))
+                done()
             return
         if isinstance(event, Incoming):  # a Stateless message: the AI's hook
             room, peer = self._attached[event.channel]
