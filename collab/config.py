@@ -78,6 +78,11 @@ class Settings:
     send_queue_frames: int = 2048
     # The send queue's bound in bytes (one frame larger than it is still sent when alone).
     send_queue_bytes: int = 8 * 1024 * 1024
+    # Every connection's queued frames and big answers in flight, together; and how long a
+    # connection's queued frames may make no progress before it is closed (a peer that sends
+    # but stopped reading is never idle). See collab.transport.send_budget.
+    send_bytes_total: int = 128 * 1024 * 1024
+    send_timeout: float = 60.0
     # The HTTP fallback (collab.fallback.endpoints): sessions in all and per client address, the
     # bytes each may hold for resumption until its client acknowledges them (and all together),
     # how long one lives with no down request, the stream's heartbeat, a long poll's wait.
@@ -273,6 +278,8 @@ class Settings:
             )
         if self.webhook_debounce < 0:
             raise ValueError("webhook_debounce must be >= 0")
+        if self.send_bytes_total < self.send_queue_bytes or self.send_timeout <= 0:
+            raise ValueError("send_bytes_total must be >= send_queue_bytes, send_timeout > 0")
         if self.idle_timeout <= self.ping_interval:
             raise ValueError("idle_timeout must exceed ping_interval")
 
@@ -303,6 +310,7 @@ SIZES: dict[str, str] = {
     "max_queued_bytes_before_auth_total": "B",
     "max_session_id_bytes": "B",
     "send_queue_bytes": "B",
+    "send_bytes_total": "B",
     "http_replay_bytes": "B",
     "http_replay_bytes_total": "B",
     "awareness_entry_bytes": "B",

@@ -189,6 +189,17 @@ GROUPS: tuple[Group, ...] = (
             ("send_queue_frames", "N", "frames queued per connection before it is a slow reader"),
             ("send_queue_bytes", "SIZE", "bytes queued per connection before it is a slow reader"),
             (
+                "send_bytes_total",
+                "SIZE",
+                "bytes queued and initial syncs in flight, all connections together; when full,"
+                " peers stalled 10 s are closed and big syncs wait",
+            ),
+            (
+                "send_timeout",
+                "SECONDS",
+                "a connection whose queued frames make no progress this long is closed",
+            ),
+            (
                 "max_session_id_bytes",
                 "SIZE",
                 "longest session id in a 'document NUL sessionId' channel name",

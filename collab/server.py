@@ -45,6 +45,7 @@ from .runtime.loop_watch import LoopWatch, done, note
 from .runtime.metrics import Metrics
 from .storage.store import Store
 from .transport.asgi_socket import AsgiWebSocket
+from .transport.send_budget import SendBudget
 
 log = logging.getLogger("tether")
 
@@ -150,9 +151,20 @@ class TetherServer:
                 stack.push_async_callback(webhooks.aclose)
                 stack.callback(self.hooks.remove, webhooks)
             budget = QueueBudget(settings.max_queued_bytes_before_auth_total)
+            send_budget = SendBudget(
+                settings.send_bytes_total, stalled_after=min(10.0, settings.send_timeout / 2)
+            )
+            self.metrics.watch_send_budget(send_budget)
             self.store, self.rooms, self.ai = backend, rooms, engine
             self.context = ServerContext(
-                settings, self.authenticator, rooms, self.hooks, self.metrics, backend, budget
+                settings,
+                self.authenticator,
+                rooms,
+                self.hooks,
+                self.metrics,
+                backend,
+                budget,
+                send_budget,
             )
             await stack.enter_async_context(self.http_transport.running(self.context))
         except BaseException:

@@ -14,6 +14,7 @@ from ..hooks import Hooks
 from ..rooms.manager import RoomManager
 from ..runtime.metrics import Metrics
 from ..storage.store import Store
+from ..transport.send_budget import SendBudget
 
 
 class Transport(Protocol):
@@ -38,6 +39,8 @@ class ServerContext:
     store: Store
     # Shared by every /ws connection: bytes waiting for authentication, all sockets together.
     preauth_budget: QueueBudget = field(default_factory=lambda: QueueBudget(64 * 1024 * 1024))
+    # Shared by every connection: bytes queued to send and big answers in flight, together.
+    send_budget: SendBudget | None = None
 
 
 MAX_DOCUMENT_NAME = 512

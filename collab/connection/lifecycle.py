@@ -151,6 +151,16 @@ def detach_each(detachers: list[Callable[[], None]]) -> None:
             log.exception("detaching a peer failed")
 
 
+def send_timed_out(outbox: Outbox, timeout: float, now: float) -> bool:
+    """Close a peer whose queued frames made no progress for ``timeout`` seconds: it sends (so
+    it is not idle) but stopped reading, and holds what was queued for it. Its queue is freed
+    now; the outbox's overflow closes the connection as a slow consumer (``send_timeout``)."""
+    if outbox.stalled_for(now) <= timeout:
+        return False
+    outbox.evict("send_timeout")
+    return True
+
+
 def slow_consumer(metrics: Metrics, outbox: Outbox) -> CloseConnection:
     """The close for an overflowed outbox; counted and logged here, once: the connection ends."""
     limit = outbox.overflow_limit or "send_queue_frames"

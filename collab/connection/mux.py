@@ -65,6 +65,7 @@ from .lifecycle import (
     decision_for,
     detach_each,
     run_connection,
+    send_timed_out,
 )
 
 log = logging.getLogger(__name__)
@@ -104,6 +105,8 @@ class MuxConnection:
             s.send_queue_frames,
             s.send_queue_bytes,
             getattr(transport, "write_now", None),  # collab.transport.raw_frames, where offered
+            ctx.send_budget,
+            drained=getattr(transport, "wait_drained", None),
         )
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._attached: dict[str, tuple[Room, Peer]] = {}
@@ -359,13 +362,15 @@ class MuxConnection:
             close = CloseConnection(INTERNAL_ERROR, "internal error")
         if close is not None:
             self._end.close(close)
-            return
-        self._arm_timer(time.monotonic())
+        if not self._end.ended:
+            self._arm_timer(time.monotonic())
 
     def _due(self, now: float) -> CloseConnection | None:
         s = self._ctx.settings
         if now - self._last_seen > s.idle_timeout:
             return CloseConnection(IDLE_TIMEOUT, "idle timeout: no message from the peer")
+        if send_timed_out(self._outbox, s.send_timeout, now):
+            return None  # closed by its outbox's overflow
         if self._auth_overdue(now):
             return CloseConnection(AUTH_TIMEOUT, "authentication timeout: no document granted")
         if now - self._last_ping >= s.ping_interval:

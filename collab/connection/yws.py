@@ -34,7 +34,13 @@ from ..updates.reading import reads_off_loop
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
-from .lifecycle import CloseConnection, ConnectionEnd, detach_each, run_connection
+from .lifecycle import (
+    CloseConnection,
+    ConnectionEnd,
+    detach_each,
+    run_connection,
+    send_timed_out,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,8 @@ class YwsConnection:
             s.send_queue_frames,
             s.send_queue_bytes,
             getattr(transport, "write_now", None),  # collab.transport.raw_frames, where offered
+            ctx.send_budget,
+            drained=getattr(transport, "wait_drained", None),
         )
         self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
         self._end = ConnectionEnd(ctx.metrics, self._outbox)
@@ -146,6 +154,8 @@ class YwsConnection:
         if self._grant.expired():
             self._end.close(CloseConnection(TOKEN_EXPIRED, "token expired"))
             return
+        if send_timed_out(self._outbox, self._ctx.settings.send_timeout, time.monotonic()):
+            return  # closed by its outbox's overflow
         if time.monotonic() >= self._next_keepalive:
             self._outbox.put(KEEPALIVE_FRAME)
             self._next_keepalive = time.monotonic() + self._ctx.settings.ping_interval

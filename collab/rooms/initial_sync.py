@@ -14,7 +14,11 @@ the next sync sends only the rest.
 Bounded: one chunked sync runs per connection at a time, holding one diff (at most the size of
 that document); others wait as (room, peer, state vector) entries, one per channel, the state
 vector cut to the clients the document knows (so at most the document's own state vector).
-Answers that fit in one piece never wait here: they go out at once, as before.
+Answers that fit in one piece never wait here: they go out at once, as before. And across
+connections: a running sync holds its diff's size of the server's send budget
+(``collab.transport.send_budget``); when that is full it drops its diff and waits, holding only
+its state vector, and computes the diff again when its turn comes. Syncs of the whole document
+(an empty state vector: every new editor) share one encoded state (``Room.diff_for``).
 """
 
 from __future__ import annotations
@@ -55,13 +59,14 @@ class InitialSync:
     def start(self, room: Room, peer: Peer, state_vector: bytes, diff: bytes) -> None:
         """Send ``diff`` (what ``state_vector`` lacks of ``room``) in pieces, now or after the
         sync already running; a waiting one recomputes its diff when its turn comes."""
+        state_vector = _known_clients_only(state_vector, room)
         if self._task is None or self._task.done():
             # Active from now, not from the task's first step: the peer's next frame (its
             # answer to our step1) may be handled first, and its ack must already be held.
             self._active = peer
-            self._task = asyncio.ensure_future(self._run(room, peer, diff))
+            self._task = asyncio.ensure_future(self._run(room, peer, state_vector, diff))
             return
-        self._waiting.append((room, peer, _known_clients_only(state_vector, room)))
+        self._waiting.append((room, peer, state_vector))
 
     def close(self) -> None:
         """The connection ended: drop every sync (and the diff held by the running one)."""
@@ -69,20 +74,36 @@ class InitialSync:
         if self._task is not None:
             self._task.cancel()
 
-    async def _run(self, room: Room, peer: Peer, diff: bytes) -> None:
+    async def _run(self, room: Room, peer: Peer, state_vector: bytes, diff: bytes | None) -> None:
+        outbox = self._outbox
         while True:
-            await self._send(room, peer, diff)
-            del diff  # not held while the next one waits for its turn
+            self._active = peer
+            if diff is None or outbox.budget_full(len(diff)):
+                size = len(diff) if diff is not None else len(room.diff_for(b"\x00"))
+                diff = None  # not held while it waits for room in the budget
+                await outbox.reserve(size)
+                if peer in room.peers:
+                    diff = room.diff_for(state_vector)
+                    outbox.resize_reservation(size, len(diff))
+                    size = len(diff)
+            else:
+                size = len(diff)
+                await outbox.reserve(size)  # fits: taken at once
+            try:
+                if diff is not None:
+                    await self._send(room, peer, diff)
+            finally:
+                outbox.unreserve(size)
+                self._active = None
+            diff = None  # not held while the next one waits for its turn
             while self._waiting:
                 room, peer, state_vector = self._waiting.pop(0)
                 if peer in room.peers:
                     break
             else:
                 return
-            diff = room.doc.get_update(state_vector)
 
     async def _send(self, room: Room, peer: Peer, diff: bytes) -> None:
-        self._active = peer
         try:
             pieces = split_update(diff, self.piece_bytes)
             held = await _cut(pieces)
@@ -99,8 +120,7 @@ class InitialSync:
                 peer.send(peer.sync_header + SyncStep2(held).encode())
                 self._metrics.initial_sync_pieces.inc()
         finally:
-            self._active = None
-        room.initial_sync_done(peer)
+            room.initial_sync_done(peer)
 
 
 async def _cut(pieces: Iterator[bytes]) -> bytes | None:

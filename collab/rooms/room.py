@@ -119,6 +119,9 @@ class Room:
         self.holders = 0
         # The document was deleted (RoomManager.delete): nothing more is applied or stored.
         self.deleted = False
+        # The whole document encoded, shared by the chunked initial syncs of new editors while
+        # it is unchanged (``diff_for``); dropped on every change and when those syncs end.
+        self._full_state: bytes | None = None
 
     def _authored(self, client_id: int) -> bool:
         """Whether ``client_id`` has written to this document (presence asks, for readers)."""
@@ -145,6 +148,24 @@ class Room:
         acks = self._acks.get(peer)
         if acks is not None:
             acks.flush()
+        if self._full_state is not None and not any(
+            p.initial_sync is not None and p is not peer and p.initial_sync.holds(p)
+            for p in self.peers
+        ):
+            self._full_state = None  # nobody else is sending it: not kept beside the document
+
+    def diff_for(self, state_vector: bytes) -> bytes:
+        """What ``state_vector`` lacks of the document. The whole document (an empty state
+        vector: a new editor) is encoded once while it is unchanged, however many ask at once;
+        a malformed state vector raises ``InvalidUpdate``."""
+        if state_vector == b"\x00":
+            if self._full_state is None:
+                self._full_state = self.doc.get_update()
+            return self._full_state
+        try:
+            return self.doc.get_update(state_vector)
+        except Exception as exc:
+            raise InvalidUpdate("invalid state vector") from exc
 
     def detach(self, peer: Peer) -> None:
         if peer not in self.peers:
@@ -175,13 +196,12 @@ class Room:
             if self._reload.running is not None:
                 self._reload.answer_after(peer, message.state_vector)
                 return
-            try:
-                diff = self.doc.get_update(message.state_vector)
-            except Exception as exc:
-                raise InvalidUpdate("invalid state vector") from exc
+            diff = self.diff_for(message.state_vector)
             if chunked is not None and len(diff) > chunked.piece_bytes:
                 chunked.start(self, peer, message.state_vector, diff)  # collab.rooms.initial_sync
                 return
+            if diff is self._full_state:
+                self._full_state = None  # small: nobody sends it in pieces, so not kept
             peer.send_answer(peer.sync_header + SyncStep2(diff).encode(), tag)
             return
         self.receive_update(peer, message.update)
@@ -235,6 +255,7 @@ class Room:
         except UpdateRefused as exc:
             self._refuse_update(peer, exc.limit, str(exc))
             raise InvalidUpdate(str(exc)) from exc
+        self._full_state = None
         try:
             apply_update(self.doc, update, origin=peer)
         except InvalidUpdate as exc:
@@ -273,6 +294,7 @@ class Room:
         if self._reload.running is not None or self.deleted:
             raise RoomClosed(self.name)  # an edit now would be lost with the doc it went into
         before = self.doc.get_state()
+        self._full_state = None
         with self.doc.transaction(origin=origin):
             change(self.doc)
         update = self.doc.get_update(before)
@@ -294,6 +316,7 @@ class Room:
             if not in_order:
                 return False
             log.warning("a committed update of %r lacks dependencies: pending", self.name)
+            self._full_state = None
             apply_update(self.doc, update, origin=origin)
             self._durability.keep_pending(update)
             self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
@@ -302,6 +325,7 @@ class Room:
             # Another node's guard admitted it; ours must not loop on it.
             log.error("skipped a committed update of %r from another node: %s", self.name, exc)
             return True
+        self._full_state = None
         apply_update(self.doc, update, origin=origin)
         self.guard.admit(scan, parents)
         self._broadcast(SyncUpdate(update).encode(), exclude=None, sync=True)
@@ -345,6 +369,7 @@ class Room:
 
     def replace_document(self, stored: StoredDocument) -> None:
         """The rebuilt document takes this one's place (collab.rooms.reload)."""
+        self._full_state = None
         self.doc, self.guard = stored.doc, stored.guard
         self._durability.log = stored.log
 

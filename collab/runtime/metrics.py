@@ -13,6 +13,7 @@ import platform
 import re
 from collections.abc import Iterator
 from importlib import metadata
+from typing import Protocol
 
 from prometheus_client import (
     CollectorRegistry,
@@ -42,6 +43,11 @@ def label_value(text: str) -> str:
 
 _LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _ACK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class _Used(Protocol):
+    @property
+    def used(self) -> int: ...
 
 
 class LoopCounter:
@@ -99,6 +105,11 @@ class Metrics:
             "tether_connections", "Open WebSocket connections", ["endpoint"], registry=r
         )
         self.rooms = Gauge("tether_documents_loaded", "Documents held in memory", registry=r)
+        self.send_bytes = Gauge(
+            "tether_send_bytes",
+            "Bytes queued to send and initial syncs in flight, all connections together",
+            registry=r,
+        )
         self.updates = LoopCounter("tether_updates_applied", "Client updates applied")
         self.rejected_updates = Counter(
             "tether_updates_rejected_total", "Updates refused (readonly scope)", registry=r
@@ -170,6 +181,10 @@ class Metrics:
         self.build_info.labels(*build_labels()).set(1)
         gc_pauses.install()
         r.register(gc_pauses.GcPauseCollector())
+
+    def watch_send_budget(self, budget: _Used) -> None:
+        """``tether_send_bytes`` reads ``budget.used`` at scrape time."""
+        self.send_bytes.set_function(lambda: budget.used)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

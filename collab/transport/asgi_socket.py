@@ -31,6 +31,10 @@ class AsgiWebSocket:
     def write_now(self) -> Callable[[Sequence[bytes]], bool] | None:
         return None if self._raw is None else self._raw.write_frames
 
+    @property
+    def wait_drained(self) -> Callable[[], Awaitable[None]] | None:
+        return None if self._raw is None else self._raw.wait_drained
+
     def set_message_sink(self, sink: MessageSink | None) -> None:
         """Messages go to ``sink.on_message`` as they arrive, where the server can."""
         if self._raw is not None:

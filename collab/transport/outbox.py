@@ -14,14 +14,21 @@ right away: one syscall per frame, as a flush per turn mostly was too). Whenever
 refuses (the transport is paused or closing) frames stay queued, bounded as ever, and the drain
 task sends them the ordinary way; while any are queued, later frames queue behind them, so frames
 keep their order.
+
+Frames that queue also count against the server-wide ``SendBudget`` (``collab.transport.
+send_budget``), and the outbox says how long its queued bytes have made no progress
+(``stalled_for``): a peer that stopped reading is closed after ``send_timeout`` by its
+connection, and sooner when the server's budget is full.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
+from .send_budget import SendBudget
 from .slim_event import SlimEvent
 
 SendBytes = Callable[[bytes], Awaitable[None]]
@@ -42,15 +49,20 @@ class SlowConsumer(Exception):
 class Outbox:
     # One per connection, idle or not: slots keep its twenty fields out of a per-instance dict.
     __slots__ = (
+        "_budget",
         "_bytes",
+        "_charged",
         "_closed",
+        "_drained",
         "_draining",
         "_empty",
         "_frames",
         "_gone",
         "_max_bytes",
         "_max_frames",
+        "_progress_at",
         "_ready",
+        "_reserved",
         "_send",
         "_tag_of",
         "_tags",
@@ -66,8 +78,22 @@ class Outbox:
         max_frames: int,
         max_bytes: int = DEFAULT_MAX_BYTES,
         write_now: WriteNow | None = None,
+        budget: SendBudget | None = None,
+        *,
+        drained: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._send = send
+        # Waits until the transport has passed a big frame on (its buffer below high water):
+        # until then the frame counts as queued here, so a peer that stopped reading shows as
+        # stalled, and a chunked sync waits for the socket, not for the transport's buffer.
+        self._drained = drained
+        self._budget = budget
+        # What the budget holds for this connection: its queued bytes or its reservation (a
+        # chunked sync's diff, whose pieces queue inside it), whichever is more.
+        self._reserved = 0
+        self._charged = 0
+        # When the queued bytes last moved (a frame taken, or the queue starting to fill).
+        self._progress_at = 0.0
         self._write_now = write_now
         self._draining = False  # the drain task is sending: it alone writes until it is done
         self._max_frames = max_frames
@@ -114,18 +140,40 @@ class Outbox:
         if self._bytes and self._bytes + len(frame) > self._max_bytes:
             self._overflow("send_queue_bytes")
             return False
+        budget = self._budget
+        if budget is not None:
+            extra = max(self._reserved, self._bytes + len(frame)) - self._charged
+            if extra > 0 and budget.full(extra) and not self._room_in_budget(extra):
+                self._overflow("send_bytes_total")
+                return False
+        if not self._bytes:
+            self._progress_at = time.monotonic()
         self._bytes += len(frame)
+        if budget is not None:
+            self._recharge()
         self._frames.append(frame)
         self._empty.clear()
         self._ready.set()
         return True
+
+    def _room_in_budget(self, size: int) -> bool:
+        """The server's budget is full: close stalled peers to make room; if none frees enough,
+        a connection far behind (a quarter of its own bound queued) is refused. True: the frame
+        may go in (an editor that keeps up is never refused a live edit for others' sake)."""
+        budget = self._budget
+        assert budget is not None
+        budget.evict_stalled(self, needed=size)
+        return not budget.full(size) or self._bytes < self._max_bytes // 4
 
     def _all_sent(self) -> None:
         frames = self._frames
         if self._tag_of:
             for frame in frames:
                 self._sent(frame)
+        self._progress_at = time.monotonic()
         self._bytes = 0
+        if self._budget is not None:
+            self._recharge()
         while frames:  # not clear(): that allocates a fresh 0.5 KB block per idle connection
             frames.popleft()
         self._empty.set()
@@ -140,6 +188,54 @@ class Outbox:
 
     def holds(self, tag: Hashable) -> bool:
         return tag in self._tags
+
+    def stalled_for(self, now: float) -> float:
+        """Seconds the queued bytes have made no progress (0 with nothing queued)."""
+        return now - self._progress_at if self._bytes else 0.0
+
+    def evict(self, limit: str) -> None:
+        """Close it as a slow consumer (the budget's choice, or its connection's deadline)."""
+        if not self._closed or self._bytes:
+            self._overflow(limit)
+
+    async def reserve(self, size: int) -> None:
+        """Hold ``size`` bytes of the server's budget for an answer on its way (waiting while
+        they do not fit); given back with ``unreserve`` or when the connection ends."""
+        if self._budget is None:
+            return
+        await self._budget.wait_for_room(self, size)
+        if not self._closed:
+            self._reserved += size
+            self._recharge()
+
+    def unreserve(self, size: int) -> None:
+        self._reserved = max(0, self._reserved - size)
+        if self._budget is not None:
+            self._recharge()
+
+    def resize_reservation(self, old: int, new: int) -> None:
+        """A reservation made for an estimate, set to the real size (which may overshoot the
+        budget by the difference: it is already being answered)."""
+        if not self._closed:
+            self._reserved = max(0, self._reserved - old + new)
+            if self._budget is not None:
+                self._recharge()
+
+    def budget_full(self, size: int) -> bool:
+        """Whether reserving ``size`` would wait."""
+        budget = self._budget
+        return budget is not None and budget.would_wait(self, size)
+
+    def _recharge(self) -> None:
+        """Tell the budget what this connection holds now."""
+        budget = self._budget
+        assert budget is not None
+        charge = max(self._reserved, self._bytes)
+        if charge > self._charged:
+            budget.add(self, charge - self._charged)
+        elif charge < self._charged:
+            budget.remove(self, self._charged - charge)
+        self._charged = charge
 
     @property
     def queued_bytes(self) -> int:
@@ -165,15 +261,22 @@ class Outbox:
         self._tag_of.clear()
         self._tags.clear()
         self._bytes = 0
+        self._release_budget()
         self.overflowed.set()
         if self.on_overflow is not None:
             self.on_overflow()
 
+    def _release_budget(self) -> None:
+        """Everything this connection holds goes back (queued frames and reservations)."""
+        if self._budget is not None:
+            self._budget.remove(self, self._budget.held_by(self))
+        self._charged = self._reserved = 0
+
     def _sent(self, frame: bytes) -> None:
-        if self._closed and not self._frames:
-            self._bytes = 0
-        else:
-            self._bytes -= len(frame)
+        self._untag(frame)
+        self._taken(len(frame))
+
+    def _untag(self, frame: bytes) -> None:
         if self._tag_of:
             tag = self._tag_of.pop(id(frame), None)
             if tag is not None:
@@ -181,8 +284,24 @@ class Outbox:
                 if self._tags[tag] <= 0:
                     del self._tags[tag]
 
+    def _taken(self, size: int) -> None:
+        """``size`` queued bytes have left: progress."""
+        self._progress_at = time.monotonic()
+        if self._closed and not self._frames:
+            self._bytes = 0
+        else:
+            self._bytes -= size
+        if self._budget is not None:
+            self._recharge()
+
     async def drain_forever(self) -> None:
         """Send queued frames in order until closed; socket errors end it."""
+        try:
+            await self._drain()
+        finally:
+            self._release_budget()  # the connection is over: nothing it held stays counted
+
+    async def _drain(self) -> None:
         frames = self._frames
         write_now = self._write_now
         while True:
@@ -200,7 +319,16 @@ class Outbox:
                         break
                     frame = frames.popleft()
                     await self._send(frame)
-                    self._sent(frame)
+                    if self._drained is None:
+                        self._sent(frame)
+                        continue
+                    # The transport holds its own framed copy: ours goes now, but its size
+                    # counts as queued until the transport has passed it on.
+                    self._untag(frame)
+                    size = len(frame)
+                    del frame
+                    await self._drained()
+                    self._taken(size)
             finally:
                 self._draining = False
             self._empty.set()

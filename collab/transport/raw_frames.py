@@ -162,6 +162,11 @@ class RawFramesProtocol(SlimWebSocketsProtocol):
         # (only tether's app reads this key).
         extensions[EXTENSION] = self
 
+    async def wait_drained(self) -> None:
+        """Until the transport's buffer is below its high-water mark (or the connection is
+        gone): a big frame handed to it is not taken by the peer before then."""
+        await self.writable.wait()
+
     def write_frames(self, payloads: Sequence[bytes]) -> bool:
         """All of ``payloads`` as frames in one write, or nothing (False: send them the
         ordinary way, later)."""

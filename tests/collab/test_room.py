@@ -357,3 +357,29 @@ def _clients(doc: Doc) -> set[int]:
         clients.add(decoder.read_var_uint())
         decoder.read_var_uint()
     return clients
+
+
+async def test_new_editors_of_an_unchanged_document_share_one_encoded_state() -> None:
+    """Finding 6 of issue 26: each new editor's full-state answer was encoded again; sixty at
+    once held sixty copies. While the document is unchanged they share one; any change (an
+    edit, a server-side edit) makes the next answer fresh, and it holds that change."""
+    async with MemoryStore() as store:
+        room = await make_room(store)
+        a = Capture()
+        pa = make_peer(a)
+        room.attach(pa)
+        room.handle_sync(pa, SyncUpdate(edit("hello")))
+        first = room.diff_for(b"\x00")
+        assert room.diff_for(b"\x00") is first
+        room.handle_sync(pa, SyncUpdate(edit(" world")))
+        second = room.diff_for(b"\x00")
+        assert second is not first
+        await room.edit(lambda doc: doc.get("content", type=Text).insert(0, ">"), "server")
+        third = room.diff_for(b"\x00")
+        assert third is not second
+        fresh = Doc()
+        fresh.apply_update(third)
+        assert str(fresh.get("content", type=Text)).startswith(">")
+        assert len(str(fresh.get("content", type=Text))) == len(">hello world")
+        with pytest.raises(InvalidUpdate):
+            room.diff_for(b"\xff\xff")
