@@ -69,8 +69,34 @@ def nodes(tmp_path: Path, pg_dsn: str, redis_server: RedisServer) -> Iterator[No
         cluster.stop()
 
 
-async def stored_text(dsn: str, name: str) -> str:
-    """The document as PostgreSQL has it: snapshot plus log, read on a connection of our own."""
+async def store_report(dsn: str, name: str, lost: list[str], acked: list[str]) -> str:
+    """What PostgreSQL holds of ``name`` when acked edits are missing from it: enough to tell a
+    lost row from a row that cannot be applied (its dependencies missing) in a failed run."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        documents = await conn.fetch("SELECT * FROM tether_documents WHERE name = $1", name)
+        rows = await conn.fetch(
+            "SELECT seq, length(data) AS size FROM tether_updates WHERE name = $1 ORDER BY seq",
+            name,
+        )
+    finally:
+        await conn.close()
+    described = [
+        {k: (len(v) if isinstance(v, bytes | bytearray) else v) for k, v in dict(d).items()}
+        for d in documents
+    ]
+    seqs = [r["seq"] for r in rows]
+    doc = Doc()
+    for update in await _stored_updates(dsn, name):
+        doc.apply_update(update)
+    return (
+        f"{len(lost)} of {len(acked)} acked edits not in the store (first {lost[:3]});"
+        f" documents rows: {described}; {len(seqs)} log rows, seqs {seqs[:5]}..{seqs[-5:]};"
+        f" stored text {len(str(doc.get('content', type=Text)))} chars"
+    )
+
+
+async def _stored_updates(dsn: str, name: str) -> list[bytes]:
     conn = await asyncpg.connect(dsn)
     try:
         snap = await conn.fetchval("SELECT snapshot FROM tether_documents WHERE name = $1", name)
@@ -79,8 +105,13 @@ async def stored_text(dsn: str, name: str) -> str:
         )
     finally:
         await conn.close()
+    return ([bytes(snap)] if snap is not None else []) + [bytes(r["data"]) for r in rows]
+
+
+async def stored_text(dsn: str, name: str) -> str:
+    """The document as PostgreSQL has it: snapshot plus log, read on a connection of our own."""
     doc = Doc()
-    for update in ([bytes(snap)] if snap is not None else []) + [bytes(r["data"]) for r in rows]:
+    for update in await _stored_updates(dsn, name):
         doc.apply_update(update)
     return str(doc.get("content", type=Text))
 
@@ -227,7 +258,8 @@ async def _kill_mid_burst(cluster: Nodes, dsn: str, name: str) -> None:
         assert sent[0] > acked(0), "the kill landed while node 0's editor had edits in flight"
         acked_tokens = [tok(e, k) for e in range(3) for k in range(acked(e))]
         stored = await stored_text(dsn, name)
-        assert [t for t in acked_tokens if t not in stored] == []
+        lost = [t for t in acked_tokens if t not in stored]
+        assert lost == [], await store_report(dsn, name, lost, acked_tokens)
         await converged(docs[1:], acked_tokens)
         # The killed node's editor reconnects elsewhere with its document, unacked edits too.
         async with await MuxPeer.connect(cluster[1].ws_url) as again:
