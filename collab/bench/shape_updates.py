@@ -21,6 +21,7 @@ LIST = "list"
 
 _STRING, _ANY, _DELETED = 4, 8, 1
 _ORIGIN, _RIGHT = 0x80, 0x40
+_MAP_KEY = 0x20  # an item that is a map entry: its key follows its parent
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +153,26 @@ def many_clients(n: int) -> Shape:
     return Shape("many-clients", [], update(clients))
 
 
+def map_entries(n: int) -> Shape:
+    """N keys of one root map, each set once by one client in one update: nothing to merge or
+    cut, linear in yrs, but every struct costs the server's Python per item on the loop."""
+    structs = [
+        bytes([_ANY | _MAP_KEY])
+        + write_var_uint(1)
+        + write_var_string("m")
+        + write_var_string(f"k{i}")
+        + any_integer(i)
+        for i in range(n)
+    ]
+    return Shape("map-entries", [], update([(ATTACKER, 0, structs)]))
+
+
+def many_roots(n: int) -> Shape:
+    """One character under each of N root types: N shared types made by one update."""
+    structs = [item(_STRING, string("a"), root=f"r{i}") for i in range(n)]
+    return Shape("many-roots", [], update([(ATTACKER, 0, structs)]))
+
+
 def mixture(n: int) -> Shape:
     """A run, fragmenting deletes and fragmenting inserts in one update."""
     third = max(1, n // 3)
@@ -179,6 +200,8 @@ SHAPES: dict[str, Callable[[int], Shape]] = {
     "frag-insert": fragmenting_inserts,
     "backwards": backwards_pairs,
     "many-clients": many_clients,
+    "map-entries": map_entries,
+    "many-roots": many_roots,
     "mixture": mixture,
     "paste": paste,
 }

@@ -383,3 +383,29 @@ async def test_new_editors_of_an_unchanged_document_share_one_encoded_state() ->
         assert len(str(fresh.get("content", type=Text))) == len(">hello world")
         with pytest.raises(InvalidUpdate):
             room.diff_for(b"\xff\xff")
+
+
+async def test_a_big_update_read_off_the_loop_is_broadcast_in_pieces_cut_there() -> None:
+    """Cutting a big update into the pieces it is broadcast as is Python per struct (1.5 s of a
+    1.8 MB update's 3 s on the loop): it is done in the worker thread with the read, and the
+    pieces others get are each under the cap and make the same document."""
+    async with MemoryStore() as store:
+        settings = RoomSettings(max_message_bytes=16 * 1024)
+        room = Room("doc", Doc(), store, hooks=Hooks(), metrics=Metrics(), settings=settings)
+        a, b = Capture(), Capture()
+        pa, pb = make_peer(a), make_peer(b)
+        room.attach(pa)
+        room.attach(pb)
+        client = Doc()
+        text = client.get("content", type=Text)
+        for i in range(5000):  # separate items: the update cannot go out as one piece
+            text.insert(0, f"{i} ")
+        update = client.get_update()
+        assert len(update) > 64 * 1024  # read off the loop, as a connection would
+        await room.receive_update_off_loop(pa, update)
+        pieces = b.updates()
+        assert len(pieces) > 1 and max(len(p) for p in pieces) <= 16 * 1024
+        seen = Doc()
+        for piece in pieces:
+            seen.apply_update(piece)
+        assert str(seen.get("content", type=Text)) == str(text)
