@@ -95,8 +95,8 @@ class Probe:
 
 
 class Bystanders:
-    """``async with Bystanders(server_http, ws_url, token, ...) as b:`` — a /health poller and
-    a typist on ``BYSTANDER_DOC``, both running until the block ends."""
+    """``async with Bystanders(http_url, ws_url, token, ...) as b:`` — a /health poller and a
+    typist on ``BYSTANDER_DOC``, both running until the block ends."""
 
     def __init__(
         self, http_url: str, ws_url: str, token: str, *, interval: float, timeout: float
@@ -137,7 +137,7 @@ class Bystanders:
 @dataclass
 class ServerLag:
     """The server's own view of its loop across a window: the worst turn its watchdog logged
-    (past 250 ms, with the input that held it), else the highest histogram bucket reached."""
+    (past 250 ms, with the input that held it), else the histogram bound every turn fell under."""
 
     log_path: Path
     buckets: dict[str, float] | None = None
