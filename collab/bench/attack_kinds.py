@@ -62,8 +62,9 @@ def build_attacks(scale: float) -> list[Attack]:
     frames, clients = sized(FLOOD_FRAMES), sized(SLOW_CLIENTS)
     return [
         Attack("run-ws", 1, len(run.attack), partial(ws_update, shape=run)),
-        Attack("run-reload", 1, len(run.attack), partial(reload, update=run.attack, raw=False)),
-        Attack("run-reload-raw", 1, len(run.attack), partial(reload, update=run.attack, raw=True)),
+        Attack("run-reload", 1, len(run.attack), partial(reload, run.attack, "restart")),
+        Attack("run-reload-crash", 1, len(run.attack), partial(reload, run.attack, "crash")),
+        Attack("run-reload-raw", 1, len(run.attack), partial(reload, run.attack, "raw")),
         Attack("backwards", 2, len(backwards.attack), partial(ws_update, shape=backwards)),
         Attack("frag-delete", 3, len(fragmenting.attack), partial(ws_update, shape=fragmenting)),
         Attack("http-flood", 5, len(encode_batch([PING_FRAME])) * frames, partial(flood, frames)),
@@ -108,21 +109,23 @@ async def _answer_to(editor: WireEditor, update: bytes, timeout: float) -> str:
 
 @asynccontextmanager
 async def reload(
-    server: ServerProcess, timeout: float, *, update: bytes, raw: bool
+    update: bytes, stored: str, server: ServerProcess, timeout: float
 ) -> AsyncIterator[Strike]:
-    """The run stored, the server restarted, then one REST read loads it. ``raw``: the update is
-    written into the SQLite log as sent (a log from before the server merged runs), instead of
-    whatever the server itself stored of it over /ws."""
+    """The run stored, the server started again, then one REST read loads it. ``stored``:
+    "restart", sent over /ws and the server stopped as an operator does (a checkout may fold
+    the document into a snapshot on the way out); "crash", sent and the server killed (-9)
+    once it acknowledged: what it wrote to its log as the update came in; "raw", written into
+    the SQLite log as sent, as a log from before the server merged runs holds it."""
     name = "attacked-run-reload"
-    if raw:
+    if stored == "raw":
         await asyncio.to_thread(server.stop)
         _append_to_log(server, name, update)
-        await asyncio.to_thread(server.start)
     else:
         async with await WireEditor.open(server.ws_url, name, server.token([name])) as editor:
             if not await editor.send_and_wait(update, timeout):
                 raise RuntimeError("the server did not store the run")
-        await asyncio.to_thread(server.restart)
+            await asyncio.to_thread(server.kill if stored == "crash" else server.stop)
+    await asyncio.to_thread(server.start)
     yield partial(_rest_read, server, name, 2 * timeout)
 
 
@@ -212,8 +215,8 @@ async def _hold_half_sent(
     answered, worst = await _fresh_health(server)
     cut = await asyncio.gather(*(_closed_by_server(reader) for reader in readers))
     return (
-        f"{len(held)} held, {sum(cut)} cut by server, {unopened} not opened; another client's"
-        f" fresh /health {answered}/{_FRESH_PROBES} ok, worst {worst * 1000:.0f} ms"
+        f"fresh /health from {_OTHER_CLIENT}: {answered}/{_FRESH_PROBES} ok, worst"
+        f" {worst * 1000:.0f} ms; {len(held)} held, {sum(cut)} cut by server, {unopened} failed"
     )
 
 

@@ -7,7 +7,8 @@ fresh ``tether serve`` from that checkout's directory gets the attack's setup; t
 bystanders start (``collab.bench.stall_probes``): ``GET /health`` on a kept-alive connection and
 an editor typing on a document of its own, each one request every ``--interval`` seconds,
 awaiting its answer; the attack is sent and waited for (at most ``--timeout`` seconds), and the
-bystanders run on for ``--tail`` seconds. Reported per attack and checkout: the attack's bytes,
+bystanders run on for ``--tail`` seconds (6: past the unload grace, so that unloading the
+attacked document counts too). Reported per attack and checkout: the attack's bytes,
 its wall time and outcome, /health latency p50/p99/max, the bystander's ack p99/max (all in
 ms, over the requests answered after the attack began; ``>`` marks one still unanswered when
 the probes stopped), and the loop lag the server saw itself (``tether_event_loop_lag_seconds``
@@ -39,7 +40,7 @@ from .launcher import REPO, ServerProcess
 from .stall_probes import BYSTANDER_DOC, Bystanders, Latencies, ServerLag
 
 _WARM_UP_S = 0.5  # the bystanders' first requests, before the attack: connections made
-_OUTCOME_CHARS = 90  # in the table; the JSON has all of it
+_OUTCOME_CHARS = 100  # in the table; the JSON has all of it
 
 
 def add_attacks_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,7 +54,13 @@ def add_attacks_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="sizes times this (0.1: quick)")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per attack")
     parser.add_argument("--interval", type=float, default=0.01, help="seconds between probes")
-    parser.add_argument("--tail", type=float, default=1.0, help="probing after the attack")
+    parser.add_argument(
+        "--tail",
+        type=float,
+        default=6.0,
+        help="seconds of probing after the attack: past the 5 s unload grace, so the attacked"
+        " document's unload (and fold) falls inside",
+    )
     parser.add_argument("--server-open-files", type=int, default=1024, help="0: as ours")
     parser.add_argument("--json", dest="json_out", default=None, help="write the rows here")
 
@@ -218,14 +225,14 @@ def _round(value: float | None) -> float | None:
 
 
 HEADER = (
-    f"{'attack':<15}{'checkout':<15}{'bytes':>10}{'wall s':>8}"
+    f"{'attack':<18}{'checkout':<15}{'bytes':>10}{'wall s':>8}"
     f"{'/health ms p50':>15}{'p99':>8}{'max':>9}{'ack ms p99':>12}{'max':>9}"
     f"{'srv lag':>9}  outcome"
 )
 
 
 def line(row: dict[str, Any]) -> str:
-    start = f"{row['attack']:<15}{row['target']:<15}{row['bytes']:>10}"
+    start = f"{row['attack']:<18}{row['target']:<15}{row['bytes']:>10}"
     if row.get("failed"):
         return f"{start}  failed: {row['failed']}"
     health, acks = row["health_ms"], row["ack_ms"]

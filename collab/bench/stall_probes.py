@@ -87,9 +87,9 @@ class Probe:
             began = self._in_flight = time.perf_counter()
             try:
                 await self.one()
-                self.done.append((began, time.perf_counter() - began))
-            except Exception:  # refused, reset, closed, timed out: counted, and on it goes
-                self.failed.append(began)
+            except Exception:  # refused, reset, timed out: counted, and its wait kept (a
+                self.failed.append(began)  # request dropped after a stall waited through it)
+            self.done.append((began, time.perf_counter() - began))
             self._in_flight = None
             await asyncio.sleep(max(0.0, began + self.interval - time.perf_counter()))
 
