@@ -36,6 +36,7 @@ _CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback 
 _CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 _SHAPES_HELP = "what one adversarial update costs on the receive and load paths, as N grows"
+_ATTACKS_HELP = "the event-loop stall each issue-26 attack causes, checkout against checkout"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.shapes import add_shapes_arguments
 
         add_shapes_arguments(bench_kinds.add_parser("shapes", help=_SHAPES_HELP))
+        from .bench.attacks import add_attacks_arguments
+
+        add_attacks_arguments(bench_kinds.add_parser("attacks", help=_ATTACKS_HELP))
         from .bench.quality import add_quality_arguments
 
         add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
@@ -125,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP)
         bench_kinds.add_parser("quality", help=_QUALITY_HELP)
         bench_kinds.add_parser("shapes", help=_SHAPES_HELP)
+        bench_kinds.add_parser("attacks", help=_ATTACKS_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -175,6 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.shapes import run_shapes_bench
 
         return run_shapes_bench(args)
+    if args.bench == "attacks":
+        from .bench.attacks import run_attacks_bench
+
+        return run_attacks_bench(args)
     if args.bench == "ai":
         from .bench.ai import run_ai_bench
 
