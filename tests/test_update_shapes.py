@@ -23,6 +23,7 @@ from tether.collab.bench.shape_updates import (
     backwards_pairs,
     fragmenting_deletes,
     fragmenting_inserts,
+    many_clients,
     unmerged_any_run,
     unmerged_run,
 )
@@ -202,3 +203,30 @@ async def test_after_a_restart_attacked_documents_load_promptly(server: ServerPr
         assert len(text) in (100_000, 150_000)
         assert took < 5, (name, took)
         assert await health < ACK_BOUND_S
+
+
+async def test_many_clients_each_typing_after_the_last_are_applied_in_order_and_reload(
+    server: ServerProcess,
+) -> None:
+    """16,000 clients with one character each, each after the one before, in one update: yrs
+    parked them as pending and walked that set again per client (quadratic: 64,000 held the
+    loop 5 s, and every load again). They go in as layers in dependency order
+    (protocol.update_order), live and on load; the bystander's edits are all stored."""
+    token = server.token()
+    shape = many_clients(16_000)
+    async with (
+        await MuxPeer.connect(server.ws_url) as bystander,
+        await MuxPeer.connect(server.ws_url) as attacker,
+    ):
+        doc = await bystander.open("bystander-many-clients", token)
+        target = await attacker.open("many-clients", token)
+
+        async def attack() -> None:
+            await target.send_update(shape.attack)
+            await target.wait_acked(timeout=60)
+
+        await typed_meanwhile(doc, attack)
+    assert target.statuses and all(target.statuses)
+    assert (await rest_text(server, "many-clients", token))[0] == "a" * 16_000
+    server.restart()
+    assert (await rest_text(server, "many-clients", token))[0] == "a" * 16_000

@@ -29,6 +29,7 @@ from tether.protocol.sync import (
     encode_awareness,
 )
 from tether.protocol.update_merge import scan_merged
+from tether.protocol.update_order import MIN_CLIENTS, in_dependency_order
 from tether.protocol.update_scan import MalformedUpdate, scan_update
 from tether.protocol.update_split import split_update
 
@@ -65,11 +66,21 @@ class RoomClosed(Exception):
     """The room is unloading; reacquire it from the manager."""
 
 
-def apply_update(doc: Doc, update: bytes, origin: object) -> None:
-    """Apply with an origin; any decoding failure, including a Rust panic, is InvalidUpdate."""
+def apply_update(
+    doc: Doc, update: bytes, origin: object, layers: list[bytes] | None = None
+) -> None:
+    """Apply with an origin; any decoding failure, including a Rust panic, is InvalidUpdate.
+    An update of many clients goes in as ``layers`` in dependency order, in one transaction
+    (protocol.update_order: yrs' pending set is quadratic in them); given, or cut here."""
+    if layers is None:
+        layers = in_dependency_order(update)
     try:
         with doc.transaction(origin=origin):
-            doc.apply_update(update)
+            if layers is None:
+                doc.apply_update(update)
+            else:
+                for layer in layers:
+                    doc.apply_update(layer)
     except Exception as exc:
         raise InvalidUpdate(str(exc)) from exc
     except BaseException as exc:
@@ -212,14 +223,17 @@ class Room:
         message cap (cutting is Python per struct: 1.5 s of a 1.8 MB update's 3 s on the loop);
         the caller awaits it before the peer's next frame, so its updates keep order."""
         pieces: list[bytes] | None = None
+        layers: list[bytes] | None = None
         try:
             read: ReadUpdate | MalformedUpdate = await read_update(update)
             cap = self.settings.max_message_bytes
             if len(read[0]) > cap:
                 pieces = await asyncio.to_thread(_pieces, read[0], cap)
+            if len(read[1].starts) >= MIN_CLIENTS:  # many clients: ordered here, not there
+                layers = await asyncio.to_thread(in_dependency_order, read[0])
         except MalformedUpdate as exc:
             read = exc
-        self.receive_update(peer, update, read, pieces)
+        self.receive_update(peer, update, read, pieces, layers)
 
     def receive_update(
         self,
@@ -227,6 +241,7 @@ class Room:
         update: bytes,
         read: ReadUpdate | MalformedUpdate | None = None,
         pieces: list[bytes] | None = None,
+        layers: list[bytes] | None = None,
     ) -> None:
         acks = self._acks.get(peer)
         if acks is None:
@@ -267,7 +282,7 @@ class Room:
             raise InvalidUpdate(str(exc)) from exc
         self._full_state = None
         try:
-            apply_update(self.doc, update, origin=peer)
+            apply_update(self.doc, update, origin=peer, layers=layers)
         except InvalidUpdate as exc:
             # yrs failed part-way through an update the guard passed, and it does not roll
             # back: part of it may be in the doc. Nothing of it was broadcast or stored, so the
