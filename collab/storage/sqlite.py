@@ -155,6 +155,11 @@ class SQLiteStore(Store):
         self._read_lock = threading.Lock()
         self._lister: sqlite3.Connection | None = None
         self._list_lock = threading.Lock()
+        # Version bytes per token subject, read once and then kept by the calls that change
+        # them: two sums over every version per version request made 15,000 requests take
+        # 451 s. ``_versions_changed`` counts changes, so a read that raced one is not kept.
+        self._version_sizes: dict[str, int] | None = None
+        self._versions_changed = 0
 
     # -- lifecycle (event-loop side) ---------------------------------------------------------
 
@@ -208,18 +213,38 @@ class SQLiteStore(Store):
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
         return self._enqueue("compact", name, bytes(snapshot))
 
-    def delete(self, name: str) -> Coroutine[Any, Any, None]:
-        return self._enqueue("delete", name, b"")
+    async def delete(self, name: str) -> None:
+        try:
+            await self._enqueue("delete", name, b"")
+        finally:
+            self._version_sizes = None  # its versions went with it: read the sums again
+            self._versions_changed += 1
 
-    def add_version(
+    async def add_version(
         self, name: str, label: str, state: bytes, subject: str = ""
-    ) -> Coroutine[Any, Any, VersionInfo]:
+    ) -> VersionInfo:
         if not (_encodable(label) and _encodable(subject)):  # refused before the batch
-            return _failed(StorageError("a version label must be valid Unicode text"))
-        return self._enqueue("version", name, bytes(state), label, subject)
+            raise StorageError("a version label must be valid Unicode text")
+        try:
+            info = await self._enqueue("version", name, bytes(state), label, subject)
+        except BaseException:
+            self._version_sizes = None  # stored or not: read the sums again
+            self._versions_changed += 1
+            raise
+        self._versions_changed += 1
+        if self._version_sizes is not None:
+            sizes = self._version_sizes
+            sizes[subject] = sizes.get(subject, 0) + len(state)
+        return info
 
     async def version_bytes(self, subject: str | None = None) -> int:
-        return await self._read(_version_bytes, subject, slow=True)
+        sizes = self._version_sizes
+        if sizes is None:
+            changed = self._versions_changed
+            sizes = await self._read(_version_sizes, slow=True)
+            if changed == self._versions_changed:
+                self._version_sizes = sizes
+        return sum(sizes.values()) if subject is None else sizes.get(subject, 0)
 
     def resume(self, name: str) -> None:
         # Through the queue, so it lifts the fence for what is called after it, in order.
@@ -700,13 +725,9 @@ def _info(conn: sqlite3.Connection, name: str) -> DocumentInfo | None:
     return None if row is None else DocumentInfo(*row)
 
 
-def _version_bytes(conn: sqlite3.Connection, subject: str | None) -> int:
-    if subject is None:
-        row = conn.execute("SELECT COALESCE(SUM(LENGTH(data)), 0) FROM versions").fetchone()
-    else:
-        sql = "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM versions WHERE subject = ?"
-        row = conn.execute(sql, (subject,)).fetchone()
-    return int(row[0])
+def _version_sizes(conn: sqlite3.Connection) -> dict[str, int]:
+    sql = "SELECT subject, SUM(LENGTH(data)) FROM versions GROUP BY subject"
+    return {subject: int(size) for subject, size in conn.execute(sql)}
 
 
 def _list_versions(conn: sqlite3.Connection, name: str) -> list[VersionInfo]:

@@ -82,7 +82,9 @@ async def test_version_bytes_are_counted_per_subject_and_in_all(make_store):
     with anyio.fail_after(TIMEOUT):
         async with make_store() as store:
             await store.append("a", b"u")  # a stored document: deleting it takes its versions
+            assert await store.version_bytes() == 0  # read before: then kept up by each call
             await store.add_version("a", "1", b"x" * 10, "alice")
+            assert await store.version_bytes("alice") == 10
             await store.add_version("b", "1", b"y" * 7, "alice")
             await store.add_version("c", "1", b"z" * 5, "bob")
             await store.add_version("d", "1", b"w" * 3)
@@ -92,6 +94,9 @@ async def test_version_bytes_are_counted_per_subject_and_in_all(make_store):
             assert await store.version_bytes() == 25
             await store.delete("a")
             assert await store.version_bytes("alice") == 7
+            await store.add_version("e", "1", b"v" * 2, "alice")
+            assert await store.version_bytes("alice") == 9
+            assert await store.version_bytes() == 17
 
 
 @pytest.mark.anyio
