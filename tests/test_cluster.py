@@ -259,7 +259,11 @@ async def _kill_mid_burst(cluster: Nodes, dsn: str, name: str) -> None:
         acked_tokens = [tok(e, k) for e in range(3) for k in range(acked(e))]
         stored = await stored_text(dsn, name)
         lost = [t for t in acked_tokens if t not in stored]
-        assert lost == [], await store_report(dsn, name, lost, acked_tokens)
+        live = str(docs[1])
+        assert lost == [], await store_report(dsn, name, lost, acked_tokens) + (
+            f"; stored text starts {stored[:160]!r}; a survivor's starts {live[:160]!r}"
+            f" ({len(live)} chars, {sum(t in live for t in acked_tokens)} acked edits in it)"
+        )
         await converged(docs[1:], acked_tokens)
         # The killed node's editor reconnects elsewhere with its document, unacked edits too.
         async with await MuxPeer.connect(cluster[1].ws_url) as again:
