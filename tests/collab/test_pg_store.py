@@ -175,6 +175,52 @@ async def test_a_backfill_after_compaction_brings_the_snapshot_and_the_rest(pg_d
             assert await store.heads(["doc", "nobody"]) == {"doc": 4}
 
 
+async def _version_sums(dsn: str) -> dict[str | None, int]:
+    """The version bytes summed from the versions themselves, per subject and (None) in all."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT subject, SUM(LENGTH(data)) AS n FROM tether_versions GROUP BY subject"
+        )
+    finally:
+        await conn.close()
+    sums: dict[str | None, int] = {r["subject"]: int(r["n"]) for r in rows}
+    sums[None] = sum(sums.values())
+    return sums
+
+
+async def _counted(store: PostgresStore, subjects: list[str | None]) -> dict[str | None, int]:
+    return {subject: await store.version_bytes(subject) for subject in subjects}
+
+
+@pytest.mark.anyio
+async def test_version_bytes_counted_on_one_node_are_read_exactly_on_another(pg_dsn):
+    subjects: list[str | None] = [None, "alice", "bob", ""]
+    with anyio.fail_after(TIMEOUT):
+        async with node(pg_dsn) as one, node(pg_dsn) as two:
+            for name in ("a", "b"):
+                await one.append(name, b"u")  # stored documents: deleting one takes its versions
+            await one.add_version("a", "1", b"x" * 10, "alice")
+            await one.add_version("b", "1", b"y" * 7, "bob")
+            assert await _counted(two, subjects) == {None: 17, "alice": 10, "bob": 7, "": 0}
+            # Both nodes at once, then two deletes in one batch while versions keep coming.
+            await asyncio.gather(
+                *(one.add_version("a", str(i), b"a" * i, "alice") for i in range(1, 31)),
+                *(two.add_version("b", str(i), b"b" * i, "bob") for i in range(1, 31)),
+                *(two.add_version("c", str(i), b"c" * i) for i in range(1, 31)),
+            )
+            assert await _counted(one, subjects) == await _version_sums(pg_dsn)
+            await asyncio.gather(
+                two.delete("a"),
+                two.delete("b"),
+                *(one.add_version("d", str(i), b"d" * i, "alice") for i in range(1, 31)),
+            )
+            expected = {None: 2 * 465, "alice": 465, "bob": 0, "": 465}
+            assert await _counted(one, subjects) == expected
+            assert expected == {**await _version_sums(pg_dsn), "bob": 0}
+            assert await _counted(two, subjects) == expected
+
+
 @pytest.mark.anyio
 async def test_no_append_is_acked_while_the_database_is_down_and_they_commit_when_it_returns(
     own_postgres: PostgresServer,
