@@ -40,6 +40,10 @@ writing one database:
   the database. Later updates may build on the lost one (its editor's next keystroke, or
   another editor's who saw it fanned out), and committed without it they could never be
   integrated by anyone loading the document. The room asks its editors to resend instead.
+- Version bytes (the quotas') are counted in ``tether_version_totals``: a row per token subject
+  and one for everyone, changed in the same statement or transaction as every version insert
+  and delete, so every node reads the same exact sums in one row each instead of summing the
+  versions per request (which made each version request slower than the last).
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, na
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 1.0
 
@@ -146,6 +150,45 @@ _SCHEMA = (
     )""",
     "DROP FUNCTION IF EXISTS tether_append(text[], bytea[], double precision)",
     _APPEND_FUNCTION,
+)
+
+# Schema 3: the version bytes per token subject (everyone = false) and of every version (the
+# one row with everyone = true), kept by whatever inserts or deletes versions, in its own
+# transaction. Every version insert updates the everyone row, so versions taken at once on any
+# nodes take turns on it until each commits: acceptable, versions are rare and each insert is
+# one short statement. Rows are locked subjects first, in order, then the everyone row, so two
+# writers cannot deadlock on them.
+_VERSION_TOTALS = """CREATE TABLE tether_version_totals (
+        everyone BOOLEAN NOT NULL,
+        subject TEXT NOT NULL,
+        bytes BIGINT NOT NULL,
+        PRIMARY KEY (everyone, subject)
+    )"""
+_BACKFILL_VERSION_TOTALS = """INSERT INTO tether_version_totals (everyone, subject, bytes)
+    SELECT false, subject, SUM(LENGTH(data)) FROM tether_versions GROUP BY subject
+    UNION ALL SELECT true, '', COALESCE(SUM(LENGTH(data)), 0) FROM tether_versions"""
+# Adds each (subject, bytes) of {changes} to its subject's row and their sum to everyone's.
+_COUNT_VERSIONS = """INSERT INTO tether_version_totals (everyone, subject, bytes)
+    SELECT false, c.subject, c.bytes FROM {changes}
+    UNION ALL SELECT true, '', SUM(c.bytes) FROM {changes} HAVING COUNT(*) > 0
+    ORDER BY 1, 2
+    ON CONFLICT (everyone, subject)
+    DO UPDATE SET bytes = tether_version_totals.bytes + excluded.bytes"""
+_ADD_VERSION = (
+    """WITH added AS (
+        INSERT INTO tether_versions (name, label, created_at, data, subject)
+        VALUES ($1, $2, $3, $4, $5) RETURNING id, subject, LENGTH(data)::bigint AS bytes
+    ), counted AS ("""
+    + _COUNT_VERSIONS.format(changes="added AS c")
+    + """)
+    SELECT id FROM added"""
+)
+# What deleting a document's versions frees, per subject: counted at the end of the batch.
+_DELETE_VERSIONS = """WITH gone AS (
+        DELETE FROM tether_versions WHERE name = $1 RETURNING subject, LENGTH(data) AS bytes
+    ) SELECT subject, SUM(bytes)::bigint AS bytes FROM gone GROUP BY subject"""
+_UNCOUNT_VERSIONS = _COUNT_VERSIONS.format(
+    changes="unnest($1::text[], $2::bigint[]) AS c(subject, bytes)"
 )
 
 _CREATE_ROWS = """INSERT INTO tether_documents (name, created_at, updated_at)
@@ -485,26 +528,17 @@ class PostgresStore(Store):
 
         async def query(conn: asyncpg.Connection) -> VersionInfo:
             now = time.time()
-            version = await conn.fetchval(
-                "INSERT INTO tether_versions (name, label, created_at, data, subject)"
-                " VALUES ($1, $2, $3, $4, $5) RETURNING id",
-                name,
-                label,
-                now,
-                data,
-                subject,
-            )
+            # One statement, so one transaction: the version and its bytes in the totals.
+            version = await conn.fetchval(_ADD_VERSION, name, label, now, data, subject)
             return VersionInfo(int(version), name, label, now, len(data))
 
         return self._read(query)
 
     async def version_bytes(self, subject: str | None = None) -> int:
         async def query(conn: asyncpg.Connection) -> int:
-            if subject is None:
-                sql = "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM tether_versions"
-                return int(await conn.fetchval(sql))
-            sql = "SELECT COALESCE(SUM(LENGTH(data)), 0) FROM tether_versions WHERE subject = $1"
-            return int(await conn.fetchval(sql, subject))
+            sql = "SELECT bytes FROM tether_version_totals WHERE everyone = $1 AND subject = $2"
+            total = await conn.fetchval(sql, subject is None, subject or "")
+            return int(total or 0)
 
         return await self._read(query)
 
@@ -712,6 +746,7 @@ async def _run_batch(
     creatable = sorted({op.name for op in ops if op.kind == "append" and op.epoch <= 0})
     results: list[Result] = []
     committed: list[Committed] = []
+    freed: dict[str, int] = {}  # version bytes the deletes removed, per subject
     async with conn.transaction():
         await conn.execute(_CREATE_ROWS, creatable, now)
         rows = {
@@ -749,7 +784,8 @@ async def _run_batch(
                     await _compact(conn, op, row)
             elif row is not None and not row.deleted:
                 op.epoch = row.epoch
-                await conn.execute("DELETE FROM tether_versions WHERE name = $1", op.name)
+                for gone in await conn.fetch(_DELETE_VERSIONS, op.name):
+                    freed[gone["subject"]] = freed.get(gone["subject"], 0) + gone["bytes"]
                 await conn.execute("DELETE FROM tether_updates WHERE name = $1", op.name)
                 await conn.execute("DELETE FROM tether_documents WHERE name = $1", op.name)
                 await conn.execute(
@@ -770,6 +806,8 @@ async def _run_batch(
                     _SAVE_ROW, name, row.last_seq, row.snapshot_seq, row.log_entries,
                     row.log_bytes, now,
                 )  # fmt: skip
+        if freed:  # once, after every delete: the totals' rows are locked in one order
+            await conn.execute(_UNCOUNT_VERSIONS, list(freed), [-size for size in freed.values()])
     return results, committed
 
 
@@ -841,6 +879,11 @@ async def _migrate(conn: asyncpg.Connection) -> None:
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether-schema'))")
         for statement in _SCHEMA:
             await conn.execute(statement)
+        # Schema 3: counted once from the versions already stored, under the lock above, so
+        # by one node only; later every version write keeps the totals in its transaction.
+        if await conn.fetchval("SELECT to_regclass('tether_version_totals')") is None:
+            await conn.execute(_VERSION_TOTALS)
+            await conn.execute(_BACKFILL_VERSION_TOTALS)
         version = await conn.fetchval("SELECT value FROM tether_meta WHERE key = 'schema'")
         if version is not None and int(version) > SCHEMA_VERSION:
             raise StorageError(f"schema version {version} is newer than {SCHEMA_VERSION}")

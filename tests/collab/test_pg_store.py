@@ -222,6 +222,34 @@ async def test_version_bytes_counted_on_one_node_are_read_exactly_on_another(pg_
 
 
 @pytest.mark.anyio
+async def test_version_bytes_of_a_database_from_before_their_totals_are_counted_once(
+    pg_dsn,
+):
+    with anyio.fail_after(TIMEOUT):
+        async with node(pg_dsn) as store:
+            await store.add_version("a", "1", b"x" * 10, "alice")
+            await store.add_version("b", "1", b"y" * 7, "alice")
+            await store.add_version("c", "1", b"z" * 5)
+        conn = await asyncpg.connect(pg_dsn)
+        try:  # as a schema 2 database left it: its versions, no totals
+            await conn.execute("DROP TABLE tether_version_totals")
+            await conn.execute("UPDATE tether_meta SET value = '2' WHERE key = 'schema'")
+        finally:
+            await conn.close()
+        await asyncio.gather(_opened(pg_dsn), _opened(pg_dsn))  # two nodes starting at once
+        expected = {None: 22, "alice": 17, "": 5, "bob": 0}
+        async with node(pg_dsn) as store:  # and again: nothing is counted twice
+            assert await _counted(store, list(expected)) == expected
+            await store.add_version("d", "1", b"w" * 3, "bob")
+            assert await _counted(store, list(expected)) == {**expected, None: 25, "bob": 3}
+
+
+async def _opened(dsn: str) -> None:
+    async with node(dsn):
+        pass
+
+
+@pytest.mark.anyio
 async def test_no_append_is_acked_while_the_database_is_down_and_they_commit_when_it_returns(
     own_postgres: PostgresServer,
 ):
