@@ -52,9 +52,71 @@ def in_dependency_order(update: bytes, min_clients: int = MIN_CLIENTS) -> list[b
     """``update`` as layers to apply in order (see the module docstring), or None."""
     if update and update[0] < min(min_clients, 0x80):
         return None  # the usual update: its client count fits one byte, and it is small
+    read = _read_clients(update, min_clients, skips=False)
+    if read is None:
+        return None
+    clients, delete_set = read
+    layers = _layers(clients)
+    if layers is None:
+        return None
+    # The deletes refer to structs of any layer: they go last, as one more update.
+    return [_encode(runs, b"\x00") for runs in layers] + [b"\x00" + delete_set]
+
+
+def in_slices(update: bytes, max_structs: int, max_bytes: int) -> list[bytes] | None:
+    """``update`` as updates of at most ``max_structs`` structs (or delete ranges) and about
+    ``max_bytes`` each (a single struct may be bigger), in dependency order: applied one after
+    the other, in transactions of their own, they make the document ``update`` makes, and each
+    is a bounded amount of work for yrs and the guard. How a big update is applied without
+    holding the event loop (``collab.rooms.slices``). Skips are kept (each covers clocks the
+    document must already have). None if the update cannot be put in order (no history a
+    Yjs client could have made)."""
+    read = _read_clients(update, 0, skips=True)
+    if read is None:
+        return None
+    clients, delete_set = read
+    layers = _layers(clients)
+    if layers is None:
+        return None
+    slices: list[bytes] = []
+    # A slice holds each client's structs as one run (an update lists a client once): a run
+    # met again in a later layer continues where its last one ended. Its structs may then
+    # depend on others later in the same slice; yrs parks those, at a cost bounded by the slice.
+    runs: list[tuple[_Client, int, int]] = []
+    at: dict[int, int] = {}  # client id → its run's index in ``runs``
+    structs = size = 0
+    for layer in layers:  # within a layer no struct depends on another client's: cut anywhere
+        for client, first, end in layer:
+            while first < end:
+                if structs >= max_structs or size >= max_bytes:
+                    slices.append(_encode(runs, b"\x00"))
+                    runs, at, structs, size = [], {}, 0, 0
+                stop = first
+                while stop < end and structs < max_structs and size < max_bytes:
+                    size += len(client.structs[stop].raw)
+                    structs += 1
+                    stop += 1
+                index = at.get(client.id)
+                if index is None:
+                    at[client.id] = len(runs)
+                    runs.append((client, first, stop))
+                else:
+                    runs[index] = (client, runs[index][1], stop)
+                first = stop
+    if runs:
+        slices.append(_encode(runs, b"\x00"))
+    slices += [b"\x00" + part for part in _cut_delete_set(delete_set, max_structs)]
+    return slices
+
+
+def _read_clients(
+    update: bytes, min_clients: int, *, skips: bool
+) -> tuple[dict[int, _Client], bytes] | None:
+    """Each client's structs and the delete set's bytes; None when there are fewer than
+    ``min_clients`` clients or a struct cannot be ordered."""
     d = Decoder(update)
     count = d.read_var_uint()
-    if count < min_clients or not count:
+    if count < min_clients:
         return None
     clients: dict[int, _Client] = {}
     for _ in range(count):
@@ -63,7 +125,7 @@ def in_dependency_order(update: bytes, min_clients: int = MIN_CLIENTS) -> list[b
         clock = d.read_var_uint()
         structs = []
         for _ in range(structs_count):
-            struct = _read_struct(d, update, clock)
+            struct = _read_struct(d, update, clock, skips)
             if struct is None:
                 return None
             structs.append(struct)
@@ -71,16 +133,39 @@ def in_dependency_order(update: bytes, min_clients: int = MIN_CLIENTS) -> list[b
         if client in clients or not structs:
             return None
         clients[client] = _Client(client, structs, done_clock=structs[0].clock)
-    delete_set = update[d.pos :]
-    return _layers(clients, delete_set)
+    return clients, update[d.pos :]
 
 
-def _read_struct(d: Decoder, update: bytes, clock: int) -> _Struct | None:
+def _cut_delete_set(delete_set: bytes, max_ranges: int) -> list[bytes]:
+    """The delete set as delete sets of at most ``max_ranges`` ranges each (none if empty)."""
+    d = Decoder(delete_set)
+    ranges: list[tuple[int, int, int]] = []
+    for _ in range(d.read_var_uint()):
+        client = d.read_var_uint()
+        for _ in range(d.read_var_uint()):
+            clock = d.read_var_uint()
+            ranges.append((client, clock, d.read_var_uint()))
+    parts: list[bytes] = []
+    for begin in range(0, len(ranges), max(1, max_ranges)):
+        by_client: dict[int, list[bytes]] = {}
+        for client, clock, length in ranges[begin : begin + max_ranges]:
+            by_client.setdefault(client, []).append(write_var_uint(clock) + write_var_uint(length))
+        out = [write_var_uint(len(by_client))]
+        for client, encoded in by_client.items():
+            out += [write_var_uint(client), write_var_uint(len(encoded)), *encoded]
+        parts.append(b"".join(out))
+    return parts
+
+
+def _read_struct(d: Decoder, update: bytes, clock: int, skips: bool = False) -> _Struct | None:
     start = d.pos
     info = d.read_bytes(1)[0]
     kind = info & 0x1F
     if kind == _SKIP:
-        return None  # a gap: let yrs judge it whole
+        if not skips:
+            return None  # a gap: let yrs judge it whole
+        length = d.read_var_uint()
+        return _Struct(clock, length, update[start : d.pos], ())
     if kind == _GC:
         length = d.read_var_uint()
         return _Struct(clock, length, update[start : d.pos], ())
@@ -90,9 +175,10 @@ def _read_struct(d: Decoder, update: bytes, clock: int) -> _Struct | None:
     return _Struct(clock, length, update[start : d.pos], deps)
 
 
-def _layers(clients: dict[int, _Client], delete_set: bytes) -> list[bytes] | None:
+def _layers(clients: dict[int, _Client]) -> list[list[tuple[_Client, int, int]]] | None:
+    """Each layer as its runs: (client, first struct index, end index)."""
     ready = list(clients.values())
-    layers: list[bytes] = []
+    layers: list[list[tuple[_Client, int, int]]] = []
     remaining = sum(len(c.structs) for c in ready)
     while ready:
         runs: list[tuple[_Client, int, int]] = []  # client, first index, end index
@@ -114,12 +200,10 @@ def _layers(clients: dict[int, _Client], delete_set: bytes) -> list[bytes] | Non
             for waiter in client.waiting:
                 woken[waiter] = clients[waiter]
             client.waiting = []
-        layers.append(_encode(runs, b"\x00"))
+        layers.append(runs)
         ready = [c for c in woken.values() if c.next < len(c.structs)]
     if remaining:
         return None
-    # The deletes refer to structs of any layer: they go last, as one more update.
-    layers.append(b"\x00" + delete_set)
     return layers
 
 

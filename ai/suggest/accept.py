@@ -53,6 +53,9 @@ class Acceptor:
             self.flights.stop(suggestion, "cancelled", notify=not suggestion.text)
         if not suggestion.text:
             raise BadRequest("the suggestion has no text yet")
+        # A rebuild, or a big update applied in slices, holds the room for a moment: the text
+        # is read once whole.
+        await room.reloaded()
         current = str(room.doc.get(TEXT_NAME, type=Text))
         where = suggestion.anchor.resolve(current)
         if where is None:

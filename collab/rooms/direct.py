@@ -63,6 +63,8 @@ class DirectConnection:
             except Exception as exc:
                 failure.append(exc)
 
+        # A rebuild, or a big update applied in slices, holds the room for a moment: wait it out.
+        await self._room.reloaded()
         await self._room.edit(guarded, self.origin)
         if failure:
             raise failure[0]

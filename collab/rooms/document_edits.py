@@ -17,8 +17,10 @@ from pycrdt import Doc, Text
 from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate
 
+from ..runtime.gc_hold import full_collections_held
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
+from ..updates.slicing import slice_update, wants_slices
 from .direct import TEXT_NAME
 from .room import InvalidUpdate, Room, apply_update
 
@@ -53,11 +55,22 @@ def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[i
 
 
 async def _import_off_loop(room: Room, update: bytes, origin: object) -> int:
-    try:
-        read = await read_update(update)
-    except MalformedUpdate as exc:
-        raise ImportRefused("malformed", f"malformed update: {exc}") from exc
-    return await _import(room, read, origin)
+    with full_collections_held():  # its objects would make each full pass long
+        try:
+            read = await read_update(update)
+        except MalformedUpdate as exc:
+            raise ImportRefused("malformed", f"malformed update: {exc}") from exc
+        if not wants_slices(*read):
+            return await _import(room, read, origin)
+        # Many structs: applied in slices, the loop free between them, as on the socket path.
+        sliced = await asyncio.to_thread(slice_update, *read)
+        if sliced is None:
+            raise ImportRefused("malformed", "update refused: its structs cannot be put in order")
+        try:
+            return await room.import_sliced(read[0], sliced, origin)
+        except (InvalidUpdate, UpdateRefused) as exc:
+            limit = exc.limit if isinstance(exc, UpdateRefused) else "apply_failed"
+            raise ImportRefused(limit, f"update refused: {exc}") from exc
 
 
 def _import(room: Room, read: ReadUpdate, origin: object) -> asyncio.Future[int]:

@@ -21,9 +21,12 @@ from tether.protocol.update_scan import MalformedUpdate
 
 from ..hooks import Hooks
 from ..runtime import gc_policy
+from ..runtime.gc_hold import full_collections_held
 from ..runtime.metrics import Metrics
 from ..storage.store import Store
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
+from ..updates.reading import reads_off_loop
+from ..updates.slicing import load_slices
 from .presence_claims import ClaimRegistry
 from .reload import StoredDocument
 from .room import InvalidUpdate, Room, apply_update
@@ -186,7 +189,8 @@ class RoomManager:
         # typed text held the event loop (every editor's fan-out) for over 5 s. In a worker
         # thread the loop still gets the GIL every switch interval (5 ms); the doc and guard
         # are new, so nothing else touches them meanwhile.
-        return await asyncio.to_thread(self._build, name, updates)
+        with full_collections_held():  # its objects would make each full pass long
+            return await asyncio.to_thread(self._build, name, updates)
 
     def _build(self, name: str, updates: list[bytes]) -> StoredDocument:
         stored = StoredDocument(Doc(), UpdateGuard(self._settings.max_nesting_depth))
@@ -312,8 +316,11 @@ def _load_stored(name: str, doc: Doc, guard: UpdateGuard, update: bytes) -> bool
 
 
 def _apply_stored(name: str, doc: Doc, update: bytes) -> bool:
+    # A big one in slices: pycrdt holds the GIL while yrs applies, so the loop waits out each
+    # apply_update call even from this thread, but gets its turn between them.
+    layers = load_slices(update) if reads_off_loop(update) else None
     try:
-        apply_update(doc, update, origin=STORAGE_ORIGIN)
+        apply_update(doc, update, origin=STORAGE_ORIGIN, layers=layers)
     except InvalidUpdate:
         log.error("skipping an unreadable stored update of %r", name)
         return False

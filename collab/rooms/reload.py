@@ -106,6 +106,24 @@ class Reload:
         # flush() waits for it, so an unload or shutdown compacts the rebuilt doc, never this one.
         self._durability.track(self.running)
 
+    def hold(self) -> None:
+        """Turn updates, state vectors, joiners, readers and folds away as a rebuild does, while
+        the room applies one big update in slices (``Room.receive_update_off_loop``): between
+        slices the document holds part of it, which nobody may read, build on or store."""
+        if self.running is not None:
+            raise RuntimeError("the room is already held")
+        self.running = asyncio.get_running_loop().create_future()
+        self._durability.track(self.running)
+
+    def release(self, *, resync: bool = True) -> None:
+        """End a ``hold``; the peers turned away meanwhile are asked to resend, unless a rebuild
+        follows (``resync=False``), which asks them once it ends."""
+        held, self.running = self.running, None
+        if held is not None and not held.done():
+            held.set_result(None)
+        if resync:
+            self._answer_waiting()
+
     async def wait(self) -> None:
         """Returns once no rebuild is under way."""
         while self.running is not None:
@@ -136,6 +154,10 @@ class Reload:
             log.exception("rebuilding %r from storage failed", room.name)
         finally:
             self.running = None
+        self._answer_waiting()
+
+    def _answer_waiting(self) -> None:
+        room = self._room
         resend, self._resend = self._resend, set()
         if self._lost_write:
             self._lost_write = False

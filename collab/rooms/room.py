@@ -34,6 +34,7 @@ from tether.protocol.update_scan import MalformedUpdate, scan_update
 from tether.protocol.update_split import split_update
 
 from ..hooks import Hooks
+from ..runtime.gc_hold import full_collections_held
 from ..runtime.limits import refuse
 from ..runtime.metrics import Metrics
 from ..storage.compaction import LogSize
@@ -46,6 +47,7 @@ from ..updates.guard import (
     check_origin_order,
 )
 from ..updates.reading import ReadUpdate, read_update
+from ..updates.slicing import SlicedUpdate, slice_update, wants_slices
 from ..updates.yrs_panics import is_rust_panic
 from .durability import AckQueue, Durability
 from .peer import Peer
@@ -56,6 +58,10 @@ from .reload import ReadStored, Reload, StoredDocument
 from .settings import RoomSettings
 
 log = logging.getLogger(__name__)
+
+# Slices run back to back for this long, then the loop gets a turn of at least this long.
+_TURN_S = 0.02
+_BETWEEN_SLICES_S = 0.001
 
 
 class InvalidUpdate(Exception):
@@ -224,7 +230,12 @@ class Room:
         """``receive_update`` for a big update, read (scanned, runs merged) in a worker thread
         first, and cut there into the pieces it is broadcast as when it is over the outgoing
         message cap (cutting is Python per struct: 1.5 s of a 1.8 MB update's 3 s on the loop);
-        the caller awaits it before the peer's next frame, so its updates keep order."""
+        the caller awaits it before the peer's next frame, so its updates keep order. One of
+        many structs is applied in slices (``collab.updates.slicing``)."""
+        with full_collections_held():  # its objects would make each full pass long
+            await self._receive_off_loop(peer, update)
+
+    async def _receive_off_loop(self, peer: Peer, update: bytes) -> None:
         pieces: list[bytes] | None = None
         layers: list[bytes] | None = None
         try:
@@ -232,11 +243,121 @@ class Room:
             cap = self.settings.max_message_bytes
             if len(read[0]) > cap:
                 pieces = await asyncio.to_thread(_pieces, read[0], cap)
+            if wants_slices(*read):
+                sliced = await asyncio.to_thread(slice_update, *read)
+                await self._receive_sliced(peer, read[0], sliced, pieces)
+                return
             if len(read[1].starts) >= MIN_CLIENTS:  # many clients: ordered here, not there
                 layers = await asyncio.to_thread(in_dependency_order, read[0])
         except MalformedUpdate as exc:
             read = exc
         self.receive_update(peer, update, read, pieces, layers)
+
+    async def _receive_sliced(
+        self, peer: Peer, update: bytes, sliced: SlicedUpdate | None, pieces: list[bytes] | None
+    ) -> None:
+        """An update of many structs, applied slice by slice with the room held (updates and
+        state vectors turned away, as during a rebuild), the loop free between slices; then
+        broadcast, stored and acked whole, as any other. The work runs to its end even if the
+        sender goes away meanwhile: stopping halfway would leave part of it in the document."""
+        acks = self._acks.get(peer)
+        if acks is None:
+            return
+        if not peer.writable:
+            self._metrics.rejected_updates.inc()
+            acks.push(done=True, applied=False)
+            return
+        if self._reload.running is not None:
+            acks.push(done=True, applied=False)
+            self._reload.turned_away(peer)
+            return
+        if sliced is None:
+            self._refuse_update(peer, "malformed", "its structs cannot be put in order")
+            raise InvalidUpdate("update refused: its structs cannot be put in any order")
+        missing = self.guard.lacking(sliced.needs)
+        if missing is not None:
+            self._missing_dependencies(peer, acks, missing)
+            return
+        try:
+            await self._apply_sliced(update, sliced, peer, pieces)
+        except UpdateRefused as exc:
+            self._refuse_update(peer, exc.limit, str(exc))
+            raise InvalidUpdate(str(exc)) from exc
+        except InvalidUpdate as exc:
+            self._refuse_update(peer, "apply_failed", str(exc))
+            raise
+
+    async def import_sliced(self, update: bytes, sliced: SlicedUpdate, origin: object) -> int:
+        """An update of many structs made by the server itself (a REST import), applied in
+        slices as a peer's is; raises ``RoomClosed``, ``UpdateRefused`` or ``InvalidUpdate``
+        (nothing of it kept), else returns once it is durable, as ``edit`` does."""
+        if self._reload.running is not None or self.deleted:
+            raise RoomClosed(self.name)
+        missing = self.guard.lacking(sliced.needs)
+        if missing is not None:
+            raise missing
+        return await (await self._apply_sliced(update, sliced, origin, None))
+
+    async def _apply_sliced(
+        self,
+        update: bytes,
+        sliced: SlicedUpdate,
+        origin: object,
+        pieces: list[bytes] | None,
+    ) -> asyncio.Future[int]:
+        """Hold the room, apply the slices, then broadcast, store and ack ``update`` whole, as
+        any other (to every peer but the sender, if ``origin`` is one). The work runs to its end
+        even if the sender goes away meanwhile: stopping halfway would leave part of the update
+        in the document. Returns the store's future, as ``edit`` does."""
+        self._full_state = None
+        self._reload.hold()
+        work = self._apply_then_store(update, sliced, origin, pieces)
+        return await asyncio.shield(asyncio.ensure_future(work))
+
+    async def _apply_then_store(
+        self,
+        update: bytes,
+        sliced: SlicedUpdate,
+        origin: object,
+        pieces: list[bytes] | None,
+    ) -> asyncio.Future[int]:
+        await self._apply_each_slice(origin, sliced)
+        sender = origin if isinstance(origin, Peer) else None
+        acks = None
+        if sender is not None:
+            acks = self._acks.get(sender)  # None once it has gone: nobody to ack
+            self._resync_asked.discard(sender)
+            self._metrics.updates.inc()
+        self._broadcast_update(update, exclude=sender, pieces=pieces)
+        self._hooks.on_change(self, update, origin)
+        written = self._durability.persist(update, acks, time.perf_counter())
+        self._reload.release()
+        return written
+
+    async def _apply_each_slice(self, origin: object, sliced: SlicedUpdate) -> None:
+        """Each slice checked, applied and admitted as an update of its own, the loop free
+        between them. One refused after others were applied leaves part of the update in the
+        document, which is then rebuilt from storage (nothing of it was broadcast or stored)."""
+        applied = False
+        turn = time.perf_counter()
+        try:
+            for piece, scan in sliced.slices:
+                parents = self.guard.check(scan)
+                pairs = check_origin_order(self.doc, scan, self.guard)
+                applied = True
+                apply_update(self.doc, piece, origin=origin, layers=[piece])  # in order already
+                if pairs:
+                    check_applied_origin_order(self.doc, pairs)
+                self.guard.admit(scan, parents)
+                if time.perf_counter() - turn >= _TURN_S:
+                    # Other rooms' turn, timers too: one due within a slice fires before the next.
+                    await asyncio.sleep(_BETWEEN_SLICES_S)
+                    turn = time.perf_counter()
+        except BaseException:
+            self._reload.release(resync=not applied)
+            if applied:
+                self.rebuild()
+            raise
 
     def receive_update(
         self,
@@ -271,14 +392,7 @@ class Room:
             self._refuse_update(peer, "malformed", str(exc))
             raise InvalidUpdate(str(exc)) from exc
         except MissingDependencies as exc:
-            # Not hostile in itself (a relay may deliver out of order), so the connection stays;
-            # nothing is applied or stored, the ack says so, and the sender is asked once for
-            # everything we lack, which a Yjs client answers with one complete update.
-            self._refuse_update(peer, exc.limit, str(exc))
-            acks.push(done=True, applied=False)
-            if peer not in self._resync_asked:
-                self._resync_asked.add(peer)
-                peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
+            self._missing_dependencies(peer, acks, exc)
             return
         except UpdateRefused as exc:
             self._refuse_update(peer, exc.limit, str(exc))
@@ -308,6 +422,16 @@ class Room:
         self._broadcast_update(update, exclude=peer, pieces=pieces)
         self._hooks.on_change(self, update, peer)
         self._durability.persist(update, acks, time.perf_counter())
+
+    def _missing_dependencies(self, peer: Peer, acks: AckQueue, exc: MissingDependencies) -> None:
+        # Not hostile in itself (a relay may deliver out of order), so the connection stays;
+        # nothing is applied or stored, the ack says so, and the sender is asked once for
+        # everything we lack, which a Yjs client answers with one complete update.
+        self._refuse_update(peer, exc.limit, str(exc))
+        acks.push(done=True, applied=False)
+        if peer not in self._resync_asked:
+            self._resync_asked.add(peer)
+            peer.send(peer.sync_header + SyncStep1(self.doc.get_state()).encode())
 
     def _refuse_update(self, peer: Peer, limit: str, reason: str) -> None:
         self._metrics.update_refusals.labels(limit).inc()

@@ -198,6 +198,18 @@ class UpdateGuard:
     def knows(self, ident: ID) -> bool:
         return ident[1] < self._known.get(ident[0], 0)
 
+    def lacking(self, needs: dict[int, int]) -> MissingDependencies | None:
+        """What ``check`` would refuse for missing history, given an update's needs (client →
+        the clock it must be known up to; ``collab.updates.slicing.needs_of``)."""
+        known = self._known
+        for client, clock in needs.items():
+            if clock > known.get(client, 0):
+                return MissingDependencies(
+                    f"update refused: it builds on client {client} up to clock {clock}, but"
+                    f" this document has that client only up to {known.get(client, 0)}"
+                )
+        return None
+
     def parent_of(self, ident: ID) -> Parent:
         return self._runs[ident[0]].parent_at(ident[1])
 
