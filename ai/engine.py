@@ -37,7 +37,7 @@ from .suggest.prefetcher import Prefetcher
 from .suggest.records import TEXT_NAME, Flight, Suggestion
 from .suggest.scheduler import Scheduler
 from .suggest.serving import RequestServer
-from .text.context import ContextBuilder
+from .text.context import ContextBuilder, most_tokens
 
 if TYPE_CHECKING:
     from tether.collab.rooms.peer import Peer
@@ -179,4 +179,5 @@ class AiEngine:
 
 
 def _approximate_tokens(text: str) -> int:
-    return max(1, len(text) // 4)
+    """Without the model's tokenizer: an upper estimate, so emoji cannot overfill a prompt."""
+    return max(1, most_tokens(text))

@@ -26,6 +26,58 @@ HOT_SECONDS = 30.0
 # the model 7.8 s of tokenizing per suggest, and a bigger one broke the worker channel's frame.
 CHARS_PER_TOKEN = 4
 
+
+def most_tokens(text: str) -> int:
+    """An upper estimate of ``text``'s tokens, without the model's tokenizer: prose is about
+    four characters a token, but a byte-level BPE may spend a token per UTF-8 byte of other
+    scripts and emoji (2,800 characters of emoji cut by characters alone were 8,400 tokens,
+    the whole context window: 8-19 s of the model per request)."""
+    if text.isascii():
+        return -(-len(text) // CHARS_PER_TOKEN)
+    ascii_chars = sum(1 for char in text if char < "\x80")
+    return (
+        -(-ascii_chars // CHARS_PER_TOKEN)
+        + len(text.encode("utf-8", "surrogatepass"))
+        - (ascii_chars)
+    )
+
+
+def _unit_cost(char: str) -> int:
+    """What one character adds to ``most_tokens``, in quarter tokens."""
+    if char < "\x80":
+        return 1
+    return CHARS_PER_TOKEN * len(char.encode("utf-8", "surrogatepass"))
+
+
+def tail_start(text: str, start: int, end: int, max_tokens: int) -> int:
+    """Where the longest tail of ``text[start:end]`` within ``max_tokens`` (``most_tokens``)
+    begins: the cursor paragraph's end that goes into a prompt."""
+    start = max(start, end - CHARS_PER_TOKEN * max_tokens)
+    if text[start:end].isascii():
+        return start
+    budget, at = CHARS_PER_TOKEN * max_tokens, end
+    while at > start:
+        budget -= _unit_cost(text[at - 1])
+        if budget < 0:
+            break
+        at -= 1
+    return at
+
+
+def head_end(text: str, max_tokens: int) -> int:
+    """Where the longest opening of ``text`` within ``max_tokens`` (``most_tokens``) ends."""
+    end = min(len(text), CHARS_PER_TOKEN * max_tokens)
+    if text[:end].isascii():
+        return end
+    budget, at = CHARS_PER_TOKEN * max_tokens, 0
+    while at < end:
+        budget -= _unit_cost(text[at])
+        if budget < 0:
+            break
+        at += 1
+    return at
+
+
 SYSTEM_COMPLETE = (
     "You are a writing assistant inside a collaborative editor. Continue the document exactly"
     " where it stops, in the same language and voice. Write at most one sentence."
@@ -156,7 +208,7 @@ class ContextBuilder:
             )
         here = regions.region_at(max(cursor - 1, 0))
         # The cursor's paragraph: always fresh, last; its end only, for a very long one.
-        window = text[max(parts[here].start, cursor - self.max_chars) : cursor]
+        window = text[tail_start(text, parts[here].start, cursor, self.budget_tokens) : cursor]
         now = time.monotonic()
         limit = self.memo_ttl if refresh else self.memo_max_age
         if memo is not None and memo.usable(here, len(parts), now, limit):
@@ -239,13 +291,13 @@ class ContextBuilder:
     def _clip(self, paragraph: str) -> str:
         """A context paragraph's opening, for one longer than a prompt may be (the opening
         paragraph is always chosen, whatever its length)."""
-        return paragraph if len(paragraph) <= self.max_chars else paragraph[: self.max_chars]
+        return paragraph[: head_end(paragraph, self.budget_tokens)]
 
     def rewrite(self, text: str, start: int, end: int) -> BuiltPrompt:
-        if end - start > self.max_chars:
+        if end - start > self.max_chars or most_tokens(text[start:end]) > self.budget_tokens:
             raise BadRequest(
                 f"the selection is too long to rewrite ({end - start} characters; at most"
-                f" {self.max_chars})"
+                f" {self.max_chars} of prose, fewer of other scripts or emoji)"
             )
         passage = text[start:end]
         prompt = _chat(SYSTEM_REWRITE, passage)

@@ -11,7 +11,7 @@ import pytest
 from tether.ai.errors import BadRequest, Busy
 from tether.ai.suggest.scheduler import INTERACTIVE, PREFETCH, Scheduler
 from tether.ai.suggest.streamer import stream_coalesced
-from tether.ai.text.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo
+from tether.ai.text.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo, most_tokens
 from tether.ai.text.positions import index_to_utf8, index_to_utf16, utf16_to_index
 from tether.ai.text.regions import RegionIndex, split_paragraphs
 
@@ -259,3 +259,20 @@ async def test_cancelling_a_queued_job_means_it_never_runs() -> None:
         third = scheduler.submit(job)
         await third
     assert ran == ["ran"]
+
+
+def test_a_prompt_of_emoji_is_cut_by_its_tokens_not_its_characters() -> None:
+    """Issue 26, finding 14 again: cut at 2,800 characters, a paragraph of emoji was 8,400 tokens
+    (the whole context window; 8-19 s of the model per request). A byte-level tokenizer spends
+    at most a token per UTF-8 byte, so that is what the cut counts for anything not ASCII."""
+    builder = ContextBuilder(most_tokens, budget_tokens=100)
+    emoji = "\N{GRINNING FACE}" * 100_000
+    for text in (emoji, "intro\n\n" + emoji, "\N{CJK UNIFIED IDEOGRAPH-4E00}" * 5_000 + " end"):
+        prompt = builder.complete(RegionIndex(most_tokens), text, len(text))
+        assert most_tokens(prompt.text[len(COMPLETE_PREFIX) :]) <= 2 * 100
+        assert prompt.window and text.endswith(prompt.window[-3:])
+    with pytest.raises(BadRequest, match="too long to rewrite"):
+        builder.rewrite(emoji, 0, 200)
+    assert builder.rewrite("a" * 400, 0, 400).window == "a" * 400
+    assert most_tokens("abcd") == 1 and most_tokens("\N{GRINNING FACE}") == 4
+    assert most_tokens("ab\N{LATIN SMALL LETTER E WITH ACUTE}") == 1 + 2
