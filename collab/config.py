@@ -114,6 +114,10 @@ class Settings:
     # Shared types nested deeper than this are refused before they are applied or stored (yrs
     # deletes nested types recursively; ~50,000 levels overflow its stack). Editors nest < 30.
     max_nesting_depth: int = 128
+    # Keys one map may hold, and root types one document: yrs rehashes each table whole as it
+    # doubles, a pause of the loop that grows with it (collab.updates.guard).
+    max_map_keys: int = 1 << 18
+    max_root_types: int = 1 << 16
     # Named versions of one document (REST /api/versions): how many, and their bytes in all.
     max_versions_per_document: int = 50
     max_version_bytes_per_document: int = 64 * 1024 * 1024
@@ -252,6 +256,8 @@ class Settings:
             raise ValueError("compact_threshold must be >= 1 and compact_log_ratio >= 0")
         if not 1 <= self.max_nesting_depth <= 10_000:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
+        if self.max_map_keys < 1 or self.max_root_types < 1:
+            raise ValueError("max_map_keys and max_root_types must be >= 1")
         if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
             raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
         if self.store and not self.store.startswith(("postgresql://", "postgres://")):

@@ -186,6 +186,8 @@ GROUPS: tuple[Group, ...] = (
             ),
             ("max_documents_per_connection", "N", "documents one /ws connection may open"),
             ("max_nesting_depth", "N", "shared types nested deeper are refused (stack safety)"),
+            ("max_map_keys", "N", "keys one map may hold (yrs rehashes a table whole as it grows)"),
+            ("max_root_types", "N", "root types one document may hold"),
             ("send_queue_frames", "N", "frames queued per connection before it is a slow reader"),
             ("send_queue_bytes", "SIZE", "bytes queued per connection before it is a slow reader"),
             (

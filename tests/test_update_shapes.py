@@ -144,8 +144,17 @@ async def test_a_run_a_client_sends_as_one_item_is_applied_merged_while_others_t
         (fragmenting_deletes(300_000), "item-cuts", "too many pieces"),  # finding 3: 5.7 s
         (fragmenting_inserts(100_000), "item-cuts", "too many pieces"),
         (backwards_pairs(150_000, pairs=6_000), "origin-walks", "cannot be told"),  # finding 2
+        # yrs rehashes a table whole as it doubles: 0.1-0.4 s past 458,000 entries
+        (map_entries(270_000), "map-keys", "at most 262144 keys"),
+        (many_roots(70_000), "root-types", "at most 65536 root types"),
     ],
-    ids=["fragmenting-deletes", "fragmenting-inserts", "backwards-typing"],
+    ids=[
+        "fragmenting-deletes",
+        "fragmenting-inserts",
+        "backwards-typing",
+        "map-keys",
+        "root-types",
+    ],
 )
 async def test_an_update_that_would_cut_or_walk_the_document_too_often_is_refused(
     server: ServerProcess, shape: Shape, limit: str, reason: str
@@ -172,8 +181,9 @@ async def test_an_update_that_would_cut_or_walk_the_document_too_often_is_refuse
         assert reason in attacker.close_reason
     assert max(latencies) < ACK_BOUND_S, latencies
     assert await refusals(server, limit) == before + 1
-    text, _ = await rest_text(server, name, token)
-    assert len(text) == {"backwards": 150_000}.get(shape.name, len(text))
+    if shape.setup:  # else nothing was ever stored: the document does not exist
+        text, _ = await rest_text(server, name, token)
+        assert len(text) == {"backwards": 150_000}.get(shape.name, len(text))
 
 
 async def imported(server: ServerProcess, name: str, update: bytes) -> float:
@@ -236,7 +246,7 @@ async def test_many_clients_each_typing_after_the_last_are_applied_in_order_and_
 
 @pytest.mark.parametrize(
     ("shape", "transport"),
-    [(map_entries(200_000), "ws"), (many_roots(120_000), "ws"), (map_entries(120_000), "rest")],
+    [(map_entries(200_000), "ws"), (many_roots(60_000), "ws"), (map_entries(120_000), "rest")],
     ids=["map-entries", "root-types", "rest-import"],
 )
 async def test_an_update_of_many_structs_is_applied_in_slices_while_others_type(

@@ -193,7 +193,7 @@ class RoomManager:
             return await asyncio.to_thread(self._build, name, updates)
 
     def _build(self, name: str, updates: list[bytes]) -> StoredDocument:
-        stored = StoredDocument(Doc(), UpdateGuard(self._settings.max_nesting_depth))
+        stored = StoredDocument(Doc(), self._settings.new_guard())
         for update in updates:
             if not _load_stored(name, stored.doc, stored.guard, update):
                 stored.log.pending.append(update)

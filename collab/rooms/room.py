@@ -128,7 +128,7 @@ class Room:
         )
         self._reload = Reload(self, self._durability, store, metrics, reload)
         # The guard must have seen everything in ``doc`` (RoomManager loads through it).
-        self.guard = guard or UpdateGuard(settings.max_nesting_depth)
+        self.guard = guard or settings.new_guard()
         # (peer id, limit) already logged, so a hostile peer costs one log line per limit
         self._refusals_logged: set[tuple[int, str]] = set()
         # peers already asked to resend from our state vector since their last accepted update

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..storage.compaction import CompactionPolicy
-from ..updates.guard import DEFAULT_MAX_NESTING_DEPTH
+from ..updates.guard import (
+    DEFAULT_MAX_MAP_KEYS,
+    DEFAULT_MAX_NESTING_DEPTH,
+    DEFAULT_MAX_ROOT_TYPES,
+    UpdateGuard,
+)
 from .presence import PresenceLimits
 
 if TYPE_CHECKING:
@@ -27,9 +32,20 @@ class RoomSettings:
     compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
     # The update guard's bound on nested types (yrs deletes them recursively).
     max_nesting_depth: int = DEFAULT_MAX_NESTING_DEPTH
+    # ... and on the hash tables yrs rehashes whole as they grow.
+    max_map_keys: int = DEFAULT_MAX_MAP_KEYS
+    max_root_types: int = DEFAULT_MAX_ROOT_TYPES
     # A broadcast update bigger than this goes out as several (protocol.update_split).
     max_message_bytes: int = 1024 * 1024
     presence: PresenceLimits = field(default_factory=PresenceLimits)
+
+    def new_guard(self) -> UpdateGuard:
+        """An empty document's update guard, with these limits."""
+        return UpdateGuard(
+            self.max_nesting_depth,
+            max_map_keys=self.max_map_keys,
+            max_root_types=self.max_root_types,
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RoomSettings:
@@ -37,6 +53,8 @@ class RoomSettings:
             unload_grace=settings.unload_grace,
             compaction=CompactionPolicy(settings.compact_threshold, settings.compact_log_ratio),
             max_nesting_depth=settings.max_nesting_depth,
+            max_map_keys=settings.max_map_keys,
+            max_root_types=settings.max_root_types,
             max_message_bytes=settings.max_outgoing_message_bytes,
             presence=PresenceLimits(
                 ids_per_peer=settings.awareness_ids_per_peer,

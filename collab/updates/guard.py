@@ -21,7 +21,12 @@ or stored when
 - it would cut the document's items into so many pieces that yrs, which walks and copies an item
   and moves its block list at every cut, would hold the event loop for more than about 100 ms
   (``collab.updates.item_cuts``: one 1.27 MB delete set of one-character ranges over one long
-  item took 5.7 s).
+  item took 5.7 s);
+- it would give one map more than ``max_map_keys`` keys, or the document more than
+  ``max_root_types`` root types: yrs keeps each in a hash table that doubles as it grows, and a
+  doubling rehashes every entry in one call the loop waits out, however the update is sliced
+  (106 ms at 458,000 keys, 380 ms near a million). Documents read back from storage are not
+  held to these, so one stored before them still loads.
 
 Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
 an update once pycrdt has applied it (every change to the document must be admitted, the server's
@@ -43,6 +48,11 @@ from .sequence_order import Chains, OrderFacts, RightOrigins
 from .yrs_panics import is_rust_panic
 
 DEFAULT_MAX_NESTING_DEPTH = 128
+# Below the doubling past 2^18 entries (yrs' tables double at 7/8 full): 52 ms of rehash at
+# 229,000 keys on a 2-vCPU VM, the next one 106 ms. Far above what editors write (a Y.Map of
+# settings, comments or cells: hundreds to thousands).
+DEFAULT_MAX_MAP_KEYS = 1 << 18
+DEFAULT_MAX_ROOT_TYPES = 1 << 16
 # Items whose place history cannot settle are placed by walking the document (two sticky-index
 # resolutions each, 4-13 ns per block here): an update may have this many walked at any
 # document size (an honest keystroke has at most one pair), and more only while their count
@@ -94,9 +104,22 @@ class _Runs:
 
 
 class UpdateGuard:
-    def __init__(self, max_depth: int, max_cut_cost: int = DEFAULT_MAX_CUT_COST) -> None:
+    def __init__(
+        self,
+        max_depth: int,
+        max_cut_cost: int = DEFAULT_MAX_CUT_COST,
+        *,
+        max_map_keys: int = DEFAULT_MAX_MAP_KEYS,
+        max_root_types: int = DEFAULT_MAX_ROOT_TYPES,
+    ) -> None:
         self.max_depth = max_depth
         self.max_cut_cost = max_cut_cost
+        self.max_map_keys = max_map_keys
+        self.max_root_types = max_root_types
+        # Keys set for the first time in each map (an entry without an origin), and the roots'
+        # names by their hashes (a name may be long; a collision only undercounts by one).
+        self._keys: dict[Parent, int] = {}
+        self._roots: set[int] = set()
         self.cuts = ItemCuts()  # where the document's items are cut (collab.updates.item_cuts)
         self._known: dict[int, int] = {}  # client → one past its last known clock
         self._runs: dict[int, _Runs] = {}
@@ -126,7 +149,33 @@ class UpdateGuard:
                 raise MissingDependencies("update refused: it deletes structs this document lacks")
         self._check_character_boundaries(scan)
         self._check_cut_cost(scan, STORED_CUT_COST_FACTOR if stored else 1)
-        return _Resolver(self, scan).resolve_all()
+        parents = _Resolver(self, scan).resolve_all()
+        if not stored:
+            self._check_table_sizes(scan, parents)
+        return parents
+
+    def _check_table_sizes(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
+        roots, known = self._roots, self._known
+        fresh_roots: set[int] = set()
+        keys: dict[Parent, int] = {}
+        for index, item in enumerate(scan.items):
+            if item.clock + item.length <= known.get(item.client, 0):
+                continue  # a duplicate of what the document has
+            if item.parent_root is not None and hash(item.parent_root) not in roots:
+                fresh_roots.add(hash(item.parent_root))
+            if item.parent_sub is not None and item.origin is None:
+                parent = parents[index]
+                keys[parent] = keys.get(parent, 0) + 1
+        if fresh_roots and len(roots) + len(fresh_roots) > self.max_root_types:
+            raise UpdateRefused(
+                f"update refused: a document holds at most {self.max_root_types} root types",
+                "root-types",
+            )
+        for parent, count in keys.items():
+            if self._keys.get(parent, 0) + count > self.max_map_keys:
+                raise UpdateRefused(
+                    f"update refused: a map holds at most {self.max_map_keys} keys", "map-keys"
+                )
 
     def _check_cut_cost(self, scan: ScannedUpdate, factor: int) -> None:
         budget = self.max_cut_cost * factor
@@ -179,6 +228,10 @@ class UpdateGuard:
                 continue  # a duplicate of what the document has
             parent = parents[index]
             self._runs_of(item.client).add(max(item.clock, seen), parent)
+            if item.parent_root is not None:
+                self._roots.add(hash(item.parent_root))
+            if item.parent_sub is not None and item.origin is None:
+                self._keys[parent] = self._keys.get(parent, 0) + 1
             if item.pairs:
                 starts = self._pairs.get(item.client)
                 if starts is None:
