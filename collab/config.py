@@ -118,6 +118,7 @@ class Settings:
     # doubles, a pause of the loop that grows with it (collab.updates.guard).
     max_map_keys: int = 1 << 18
     max_root_types: int = 1 << 16
+    max_clients_per_document: int = 1 << 18
     # Named versions of one document (REST /api/versions): how many, and their bytes in all.
     max_versions_per_document: int = 50
     max_version_bytes_per_document: int = 64 * 1024 * 1024
@@ -256,8 +257,10 @@ class Settings:
             raise ValueError("compact_threshold must be >= 1 and compact_log_ratio >= 0")
         if not 1 <= self.max_nesting_depth <= 10_000:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
-        if self.max_map_keys < 1 or self.max_root_types < 1:
-            raise ValueError("max_map_keys and max_root_types must be >= 1")
+        if min(self.max_map_keys, self.max_root_types, self.max_clients_per_document) < 1:
+            raise ValueError(
+                "max_map_keys, max_root_types and max_clients_per_document must be >= 1"
+            )
         if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
             raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
         if self.store and not self.store.startswith(("postgresql://", "postgres://")):

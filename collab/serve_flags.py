@@ -188,6 +188,11 @@ GROUPS: tuple[Group, ...] = (
             ("max_nesting_depth", "N", "shared types nested deeper are refused (stack safety)"),
             ("max_map_keys", "N", "keys one map may hold (yrs rehashes a table whole as it grows)"),
             ("max_root_types", "N", "root types one document may hold"),
+            (
+                "max_clients_per_document",
+                "N",
+                "Yjs clients (writing sessions) one document may hold",
+            ),
             ("send_queue_frames", "N", "frames queued per connection before it is a slow reader"),
             ("send_queue_bytes", "SIZE", "bytes queued per connection before it is a slow reader"),
             (

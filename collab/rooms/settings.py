@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ..storage.compaction import CompactionPolicy
 from ..updates.guard import (
+    DEFAULT_MAX_CLIENTS,
     DEFAULT_MAX_MAP_KEYS,
     DEFAULT_MAX_NESTING_DEPTH,
     DEFAULT_MAX_ROOT_TYPES,
@@ -35,6 +36,7 @@ class RoomSettings:
     # ... and on the hash tables yrs rehashes whole as they grow.
     max_map_keys: int = DEFAULT_MAX_MAP_KEYS
     max_root_types: int = DEFAULT_MAX_ROOT_TYPES
+    max_clients: int = DEFAULT_MAX_CLIENTS
     # A broadcast update bigger than this goes out as several (protocol.update_split).
     max_message_bytes: int = 1024 * 1024
     presence: PresenceLimits = field(default_factory=PresenceLimits)
@@ -45,6 +47,7 @@ class RoomSettings:
             self.max_nesting_depth,
             max_map_keys=self.max_map_keys,
             max_root_types=self.max_root_types,
+            max_clients=self.max_clients,
         )
 
     @classmethod
@@ -55,6 +58,7 @@ class RoomSettings:
             max_nesting_depth=settings.max_nesting_depth,
             max_map_keys=settings.max_map_keys,
             max_root_types=settings.max_root_types,
+            max_clients=settings.max_clients_per_document,
             max_message_bytes=settings.max_outgoing_message_bytes,
             presence=PresenceLimits(
                 ids_per_peer=settings.awareness_ids_per_peer,

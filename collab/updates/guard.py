@@ -23,10 +23,10 @@ or stored when
   (``collab.updates.item_cuts``: one 1.27 MB delete set of one-character ranges over one long
   item took 5.7 s);
 - it would give one map more than ``max_map_keys`` keys, or the document more than
-  ``max_root_types`` root types: yrs keeps each in a hash table that doubles as it grows, and a
-  doubling rehashes every entry in one call the loop waits out, however the update is sliced
-  (106 ms at 458,000 keys, 380 ms near a million). Documents read back from storage are not
-  held to these, so one stored before them still loads.
+  ``max_root_types`` root types or ``max_clients`` clients: yrs keeps each in a hash table
+  that doubles as it grows, and a doubling rehashes every entry in one call the loop waits
+  out, however the update is sliced (106 ms at 458,000 keys, 380 ms near a million).
+  Documents read back from storage are not held to these, so one stored before them loads.
 
 Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
 an update once pycrdt has applied it (every change to the document must be admitted, the server's
@@ -53,6 +53,9 @@ DEFAULT_MAX_NESTING_DEPTH = 128
 # settings, comments or cells: hundreds to thousands).
 DEFAULT_MAX_MAP_KEYS = 1 << 18
 DEFAULT_MAX_ROOT_TYPES = 1 << 16
+# Each Yjs session writes as a client of its own; a document with this many writers sends a
+# 2.6 MB state vector on every sync. yrs' client table doubles past it in 0.1-0.3 s.
+DEFAULT_MAX_CLIENTS = 1 << 18
 # Items whose place history cannot settle are placed by walking the document (two sticky-index
 # resolutions each, 4-13 ns per block here): an update may have this many walked at any
 # document size (an honest keystroke has at most one pair), and more only while their count
@@ -111,11 +114,13 @@ class UpdateGuard:
         *,
         max_map_keys: int = DEFAULT_MAX_MAP_KEYS,
         max_root_types: int = DEFAULT_MAX_ROOT_TYPES,
+        max_clients: int = DEFAULT_MAX_CLIENTS,
     ) -> None:
         self.max_depth = max_depth
         self.max_cut_cost = max_cut_cost
         self.max_map_keys = max_map_keys
         self.max_root_types = max_root_types
+        self.max_clients = max_clients
         # Keys set for the first time in each map (an entry without an origin), and the roots'
         # names by their hashes (a name may be long; a collision only undercounts by one).
         self._keys: dict[Parent, int] = {}
@@ -124,8 +129,10 @@ class UpdateGuard:
         self._known: dict[int, int] = {}  # client → one past its last known clock
         self._runs: dict[int, _Runs] = {}
         self._depth: dict[ID, int] = {}  # nested type's item → how deep it sits (roots' are 1)
-        # client → sorted clocks where a two-unit character starts (a split after one is refused)
-        self._pairs: dict[int, array[int]] = {}
+        # Where two-unit characters start (a split after one is refused): client → its items
+        # that hold any, as (start clocks, offsets from each start); one entry per item, not
+        # per character, so a paragraph of 400,000 emoji costs one array, not a Python loop.
+        self._pairs: dict[int, tuple[list[int], list[array[int]]]] = {}
         # What history says about order (collab.updates.sequence_order).
         self.chains = Chains()
         self.rights = RightOrigins()
@@ -156,6 +163,12 @@ class UpdateGuard:
 
     def _check_table_sizes(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
         roots, known = self._roots, self._known
+        fresh_clients = sum(1 for client in scan.starts if client not in known)
+        if fresh_clients and len(known) + fresh_clients > self.max_clients:
+            raise UpdateRefused(
+                f"update refused: a document holds at most {self.max_clients} clients",
+                "clients",
+            )
         fresh_roots: set[int] = set()
         keys: dict[Parent, int] = {}
         for index, item in enumerate(scan.items):
@@ -187,21 +200,20 @@ class UpdateGuard:
             )
 
     def _check_character_boundaries(self, scan: ScannedUpdate) -> None:
-        fresh: set[tuple[int, int]] = {
-            (item.client, item.clock + offset) for item in scan.items for offset in item.pairs
-        }
+        fresh: dict[int, tuple[list[int], list[tuple[int, ...]]]] = {}
+        for item in scan.items:  # in clock order per client
+            if item.pairs:
+                starts, offsets = fresh.setdefault(item.client, ([], []))
+                starts.append(item.clock)
+                offsets.append(item.pairs)
         if not fresh and not self._pairs:
             return  # no two-unit character anywhere: nothing to split
 
         def splits(client: int, clock: int) -> bool:
             """Whether the boundary right after ``clock`` is inside a character."""
-            if (client, clock) in fresh:
-                return True
-            starts = self._pairs.get(client)
-            if starts is None:
-                return False
-            at = bisect.bisect_left(starts, clock)
-            return at < len(starts) and starts[at] == clock
+            return _starts_pair(fresh.get(client), clock) or _starts_pair(
+                self._pairs.get(client), clock
+            )
 
         for item in scan.items:
             if (item.origin is not None and splits(*item.origin)) or (
@@ -233,10 +245,14 @@ class UpdateGuard:
             if item.parent_sub is not None and item.origin is None:
                 self._keys[parent] = self._keys.get(parent, 0) + 1
             if item.pairs:
-                starts = self._pairs.get(item.client)
-                if starts is None:
-                    starts = self._pairs[item.client] = array("q")
-                starts.extend(c for c in (item.clock + o for o in item.pairs) if c >= seen)
+                starts, offsets = self._pairs.setdefault(item.client, ([], []))
+                start, pairs = item.clock, array("q", item.pairs)
+                if start < seen:  # partly known: keep what is new, from where it starts
+                    pairs = array("q", (o - (seen - start) for o in pairs if start + o >= seen))
+                    start = seen
+                if pairs:
+                    starts.append(start)
+                    offsets.append(pairs)
             if item.makes_type:
                 self._depth[(item.client, item.clock)] = self._depth_under(parent, {}) + 1
         for client, end in scan.ends.items():
@@ -419,6 +435,23 @@ class _Resolver:
         local = self._local(ident)
         if local is not None and not self.scan.items[local].makes_type:
             raise UpdateRefused("update refused: its parent is not a shared type", "malformed")
+
+
+def _starts_pair(
+    runs: tuple[list[int], list[tuple[int, ...]]] | tuple[list[int], list[array[int]]] | None,
+    clock: int,
+) -> bool:
+    """Whether a two-unit character starts at ``clock`` in ``runs`` (start clocks, and each
+    run's sorted offsets of such characters from its start)."""
+    if runs is None:
+        return False
+    starts, offsets = runs
+    at = bisect.bisect_right(starts, clock) - 1
+    if at < 0:
+        return False
+    offset, pairs = clock - starts[at], offsets[at]
+    found = bisect.bisect_left(pairs, offset)
+    return found < len(pairs) and pairs[found] == offset
 
 
 def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> list[OriginPair]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pycrdt import Doc, Map
 
-from tether.collab.bench.shape_updates import many_roots, map_entries
+from tether.collab.bench.shape_updates import many_clients, many_roots, map_entries
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused
 from tether.protocol.update_merge import scan_merged
 
@@ -57,3 +57,13 @@ def test_root_types_are_bounded_and_a_stored_document_still_loads() -> None:
     fresh.get("a-new-root", type=Map)["key"] = 1
     with pytest.raises(UpdateRefused, match="root types"):  # but nothing more is added live
         admit(stored, fresh.get_update())
+
+
+def test_clients_per_document_are_bounded() -> None:
+    attack = many_clients(300).attack
+    with pytest.raises(UpdateRefused, match="at most 200 clients") as refused:
+        admit(UpdateGuard(128, max_clients=200), attack)
+    assert refused.value.limit == "clients"
+    guard = UpdateGuard(128, max_clients=300)
+    admit(guard, attack)
+    admit(guard, attack)  # the same clients again: nothing new
