@@ -114,6 +114,9 @@ class Settings:
     # Shared types nested deeper than this are refused before they are applied or stored (yrs
     # deletes nested types recursively; ~50,000 levels overflow its stack). Editors nest < 30.
     max_nesting_depth: int = 128
+    # The Y.XmlFragment a rich document keeps its tree in (Tiptap's and y-prosemirror's field);
+    # REST, webhooks, versions and direct reads read it, else the plain Y.Text "content".
+    rich_fragment: str = "default"
     # Keys one map may hold, and root types one document: yrs rehashes each table whole as it
     # doubles, a pause of the loop that grows with it (collab.updates.guard).
     max_map_keys: int = 1 << 18
@@ -257,6 +260,8 @@ class Settings:
             raise ValueError("compact_threshold must be >= 1 and compact_log_ratio >= 0")
         if not 1 <= self.max_nesting_depth <= 10_000:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
+        if not self.rich_fragment or len(self.rich_fragment) > 256:
+            raise ValueError("rich_fragment must be a root type name of 1 to 256 characters")
         if min(self.max_map_keys, self.max_root_types, self.max_clients_per_document) < 1:
             raise ValueError(
                 "max_map_keys, max_root_types and max_clients_per_document must be >= 1"

@@ -125,6 +125,12 @@ GROUPS: tuple[Group, ...] = (
         (
             ("data_dir", "DIR", "directory for the SQLite database"),
             (
+                "rich_fragment",
+                "NAME",
+                "the Y.XmlFragment a rich (Tiptap, ProseMirror) document keeps its tree in;"
+                " REST, webhooks and versions read it as text, Markdown or HTML",
+            ),
+            (
                 "store",
                 "DSN",
                 "'' (SQLite in --data-dir) or postgresql://user@host:port/db shared by all"

@@ -36,6 +36,7 @@ __all__ = [
     "JsEditor",
     "node_available",
     "require_node",
+    "tiptap_document",
     "yjs_applied",
 ]
 
@@ -43,7 +44,17 @@ TESTS_DIR = Path(__file__).resolve().parent
 JS_DIR = TESTS_DIR / "js"
 NODE_MODULES = TESTS_DIR / "node_modules"
 
-_REQUIRED_PACKAGES = ("@hocuspocus/provider", "y-websocket", "yjs", "ws", "y-protocols", "lib0")
+_REQUIRED_PACKAGES = (
+    "@hocuspocus/provider",
+    "y-websocket",
+    "yjs",
+    "ws",
+    "y-protocols",
+    "lib0",
+    "y-prosemirror",
+    "@tiptap/core",
+    "@tiptap/starter-kit",
+)
 
 NODE_MODULES_MISSING = (
     f"The JS interop tests need Node.js (`node` on PATH) and {NODE_MODULES} with "
@@ -85,6 +96,25 @@ def yjs_applied(updates: Sequence[bytes]) -> dict[str, Any]:
         check=True,
     )
     return dict(json.loads(result.stdout))
+
+
+def tiptap_document(content: list[dict[str, Any]], fragment: str = "default") -> bytes:
+    """A Yjs update of a rich document as a Tiptap editor writes it: ProseMirror JSON blocks
+    (``content`` of a ``doc``) through Tiptap's StarterKit schema and y-prosemirror
+    (``tests/js/rich_doc.mjs``) into the Y.XmlFragment ``fragment``."""
+    require_node()
+    node = shutil.which("node")
+    assert node is not None
+    result = subprocess.run(
+        [node, "js/rich_doc.mjs", fragment],
+        cwd=TESTS_DIR,
+        input=json.dumps({"type": "doc", "content": content}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return base64.b64decode(result.stdout)
 
 
 class EditorExitedError(RuntimeError):

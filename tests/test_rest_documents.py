@@ -115,7 +115,12 @@ async def test_a_document_an_editor_opened_but_never_edited_is_unknown(
         await peer.doc("opened-only").append("now it exists")
         await peer.doc("opened-only").wait_acked()
         reply = await api.request("GET", "/api/documents/opened-only")
-        assert reply.json() == {"name": "opened-only", "text": "now it exists", "peers": 1}
+        assert reply.json() == {
+            "name": "opened-only",
+            "kind": "plain",
+            "text": "now it exists",
+            "peers": 1,
+        }
 
 
 async def test_exports_as_text_markdown_and_a_yjs_update_that_rebuilds_the_document(
@@ -142,7 +147,7 @@ async def test_exports_as_text_markdown_and_a_yjs_update_that_rebuilds_the_docum
     assert str(rebuilt.get(TEXT, type=Text)) == text
 
 
-@pytest.mark.parametrize("export", ["html", "", "TEXT", "x" * 300])
+@pytest.mark.parametrize("export", ["pdf", "", "TEXT", "x" * 300])
 async def test_an_unknown_format_is_400(api: Checked, export: str) -> None:
     await api.request("PUT", "/api/documents/fmt", content=update_with_text("x"), headers=OCTETS)
     reply = await api.request("GET", f"/api/documents/fmt?format={quote(export)}")
@@ -451,3 +456,39 @@ async def test_edits_racing_a_delete_never_bring_the_document_back(tmp_path: Pat
             assert (await http.get("/api/documents/racing")).status_code == 404
             listed = (await http.get("/api/documents")).json()["documents"]
             assert "racing" not in [d["name"] for d in listed]
+
+
+# ---- rich documents (issue 27) ---------------------------------------------------------------
+
+
+async def test_a_tiptap_document_reads_over_rest_as_markdown_text_and_html(
+    api: Checked,
+) -> None:
+    """What a Tiptap editor wrote (StarterKit through y-prosemirror, the real libraries): REST
+    gives its text, Markdown and HTML, and so does a version of it."""
+    from tests.collab.test_content import EXPECTED_MARKDOWN, SAMPLE
+    from tests.jsclient import tiptap_document
+
+    put = await api.request(
+        "PUT", "/api/documents/rich-notes", content=tiptap_document(SAMPLE), headers=OCTETS
+    )
+    assert put.status_code == 200, put.text
+    read = (await api.request("GET", "/api/documents/rich-notes")).json()
+    assert read["kind"] == "rich" and read["text"].startswith("Title\n\nSome bold and a link\n")
+    markdown = await api.request("GET", "/api/documents/rich-notes?format=markdown")
+    assert markdown.headers["content-type"].startswith("text/markdown")
+    assert markdown.text == EXPECTED_MARKDOWN
+    html = await api.request("GET", "/api/documents/rich-notes?format=html")
+    assert html.headers["content-disposition"].startswith("attachment")
+    assert html.text.startswith("<h1>Title</h1><p>Some <strong>bold</strong>")
+    text = await api.request("GET", "/api/documents/rich-notes?format=text")
+    assert text.text == read["text"]
+    made = await api.request("POST", "/api/versions/rich-notes", json={"label": "tiptap"})
+    assert made.status_code == 201, made.text
+    version = made.json()["id"]
+    got = (await api.request("GET", f"/api/versions/rich-notes?id={version}")).json()
+    assert (got["kind"], got["text"]) == ("rich", read["text"])
+    as_markdown = await api.request("GET", f"/api/versions/rich-notes?id={version}&format=markdown")
+    assert as_markdown.text == EXPECTED_MARKDOWN
+    plain = (await api.request("GET", "/api/documents/draft")).json()
+    assert plain["kind"] == "plain"

@@ -27,13 +27,14 @@ from starlette.routing import Route
 
 from ..auth.tokens import Grant
 from ..connection.context import MAX_DOCUMENT_NAME, ServerContext, valid_document_name
+from ..content.reading import Content, read_content
 from ..rooms.direct import TEXT_NAME
 from ..rooms.document_edits import (
     ImportRefused,
     RestOrigin,
+    content_of_state,
     import_update,
     restore_text,
-    text_of_state,
 )
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.room import RoomClosed
@@ -43,7 +44,7 @@ from .numbers import parse_counter, valid_id
 log = logging.getLogger("tether.rest")
 
 DELETED_REASON = "document deleted"
-FORMATS = ("json", "text", "markdown", "yjs")
+FORMATS = ("json", "text", "markdown", "html", "yjs")
 MAX_LABEL_CHARS = 200
 LIST_LIMIT = 1000
 _EMPTY_STATE = b"\x00"  # the state vector of a document with nothing in it
@@ -129,14 +130,16 @@ class DocumentsApi:
         try:
             async with ctx.rooms.visit(name) as room:
                 await ctx.hooks.before_read(room)  # several nodes: what others acked too
-                text = str(room.doc.get(TEXT_NAME, type=Text))
+                content = read_content(room.doc, ctx.settings.rich_fragment)
                 peers = len(room.peers)
                 state = room.doc.get_update() if export == "yjs" else b""
         except DocumentQuarantined as exc:
             return _error(409, str(exc))
         if export == "json":
-            return JSONResponse({"name": name, "text": text, "peers": peers})
-        return _export(name, export, text, state)
+            return JSONResponse(
+                {"name": name, "kind": content.kind, "text": content.text(), "peers": peers}
+            )
+        return _export(name, export, content, state)
 
     async def delete(self, request: Request) -> Response:
         name, refusal = await self._check(request, write=True)
@@ -260,13 +263,13 @@ class DocumentsApi:
         state = await ctx.store.load_version(name, number)
         if state is None:
             return _error(404, "no such version")
-        text = text_of_state(state)
+        content = content_of_state(state, ctx.settings.rich_fragment)
         if export != "json":
-            return _export(f"{name}@{version}", export, text, state)
+            return _export(f"{name}@{version}", export, content, state)
         info = next((v for v in await ctx.store.list_versions(name) if v.id == number), None)
         if info is None:
             return _error(404, "no such version")
-        return JSONResponse({**_version_json(info), "text": text})
+        return JSONResponse({**_version_json(info), "kind": content.kind, "text": content.text()})
 
     async def restore(self, request: Request) -> Response:
         name, refusal = await self._check(request, write=True)
@@ -373,18 +376,24 @@ async def _has_versions(ctx: ServerContext, name: str) -> bool:
         return False
 
 
-def _export(name: str, export: str, text: str, state: bytes) -> Response:
+def _export(name: str, export: str, content: Content, state: bytes) -> Response:
     base = _filename(name)
     headers = {"X-Content-Type-Options": "nosniff"}
     if export == "yjs":
         headers["Content-Disposition"] = f'attachment; filename="{base}.yjs"'
         return Response(state, media_type="application/octet-stream", headers=headers)
     if export == "markdown":
-        # The editor's text is plain text that users write Markdown in: served as it is.
+        # A plain document's text is what users write Markdown in: served as it is; a rich
+        # one's tree is written as Markdown (collab.content.markdown).
         headers["Content-Disposition"] = f'attachment; filename="{base}.md"'
-        return Response(text, media_type="text/markdown; charset=utf-8", headers=headers)
+        markdown = content.markdown()
+        return Response(markdown, media_type="text/markdown; charset=utf-8", headers=headers)
+    if export == "html":
+        # A fragment, everything escaped; served as an attachment, never rendered in our origin.
+        headers["Content-Disposition"] = f'attachment; filename="{base}.html"'
+        return Response(content.html(), media_type="text/html; charset=utf-8", headers=headers)
     headers["Content-Disposition"] = f'inline; filename="{base}.txt"'
-    return Response(text, media_type="text/plain; charset=utf-8", headers=headers)
+    return Response(content.text(), media_type="text/plain; charset=utf-8", headers=headers)
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]+")

@@ -52,17 +52,25 @@ _FORMAT = {
     "name": "format",
     "in": "query",
     "required": False,
-    "description": "json (default); text (text/plain); markdown (the same text as"
-    " text/markdown: editors write Markdown in plain text); yjs (the full Yjs update, for"
-    " backups and PUT)",
-    "schema": {"type": "string", "enum": ["json", "text", "markdown", "yjs"]},
+    "description": "json (default); text (text/plain: a rich document's blocks separated by blank"
+    " lines); markdown (a rich document's tree as Markdown; a plain document's text as it is,"
+    " since editors write Markdown there); html (an escaped HTML fragment, as an attachment);"
+    " yjs (the full Yjs update, for backups and PUT)",
+    "schema": {"type": "string", "enum": ["json", "text", "markdown", "html", "yjs"]},
 }
 _EXPORTS = {
     "text/plain": {"schema": {"type": "string"}},
     "text/markdown": {"schema": {"type": "string"}},
+    "text/html": {"schema": {"type": "string"}},
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
 }
 _BEARER = [{"bearer": []}]
+_KIND = {
+    "type": "string",
+    "enum": ["rich", "plain"],
+    "description": "rich: the Y.XmlFragment named by --rich-fragment holds a tree (Tiptap,"
+    ' y-prosemirror); plain: the Y.Text "content"',
+}
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -107,10 +115,11 @@ SCHEMAS: dict[str, Any] = {
     "Document": {
         "type": "object",
         "additionalProperties": False,
-        "required": ["name", "text", "peers"],
+        "required": ["name", "kind", "text", "peers"],
         "properties": {
             "name": {"type": "string"},
-            "text": {"type": "string"},
+            "kind": _KIND,
+            "text": {"type": "string", "description": "the plain text, whichever kind"},
             "peers": {"type": "integer", "minimum": 0, "description": "editors attached now"},
         },
     },
@@ -139,7 +148,11 @@ SCHEMAS: dict[str, Any] = {
     "VersionWithText": {
         "allOf": [
             _ref("Version"),
-            {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}},
+            {
+                "type": "object",
+                "required": ["kind", "text"],
+                "properties": {"kind": _KIND, "text": {"type": "string"}},
+            },
         ]
     },
     "VersionList": {

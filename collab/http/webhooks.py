@@ -27,16 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from pycrdt import Text
 
 from ..config import Settings
+from ..content.reading import RICH_NAME, read_content
 from ..runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "Tether-Signature"
 EVENT_HEADER = "Tether-Event"
-TEXT_NAME = "content"
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -181,7 +180,7 @@ class WebhookExtension:
             {
                 "event": event,
                 "document": name,
-                "text": str(pending.room.doc.get(TEXT_NAME, type=Text)),
+                "text": _text_of(pending.room),
                 "at": time.time(),
             }
         ).encode()
@@ -229,3 +228,9 @@ class WebhookExtension:
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:
             self.metrics.webhooks.labels(outcome).inc()
+
+
+def _text_of(room: Any) -> str:
+    """The document's text, rich or plain (``collab.content``)."""
+    settings = getattr(room, "settings", None)
+    return read_content(room.doc, getattr(settings, "rich_fragment", RICH_NAME)).text()

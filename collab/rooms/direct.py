@@ -13,9 +13,8 @@ from collections.abc import Callable
 
 from pycrdt import Doc, Text
 
+from ..content.reading import TEXT_NAME, read_content
 from .room import Room
-
-TEXT_NAME = "content"  # the shared Y.Text every tether editor binds to
 
 
 class DocumentClosed(RuntimeError):
@@ -47,7 +46,13 @@ class DirectConnection:
         return self._room.doc.get(TEXT_NAME, type=Text)
 
     def read(self) -> str:
-        return str(self.text)
+        """The document's text: a rich document's tree as plain text, else ``content``."""
+        return read_content(self._room.doc, self._room.settings.rich_fragment).text()
+
+    def read_markdown(self) -> str:
+        """The document as Markdown: a rich document's tree written as Markdown, else the
+        ``content`` text as it is (users write Markdown there)."""
+        return read_content(self._room.doc, self._room.settings.rich_fragment).markdown()
 
     async def edit(self, change: Callable[[Doc], None]) -> None:
         """Run ``change(doc)`` as one CRDT transaction with this connection's origin; returns

@@ -17,6 +17,7 @@ from pycrdt import Doc, Text
 from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate
 
+from ..content.reading import Content, read_content
 from ..runtime.gc_hold import full_collections_held
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
@@ -119,10 +120,11 @@ def restore_text(room: Room, state: bytes, origin: object) -> asyncio.Future[int
     return room.edit(change, origin)
 
 
-def text_of_state(state: bytes) -> str:
+def content_of_state(state: bytes, rich_name: str) -> Content:
+    """What a saved full update (a version) says, read as ``collab.content`` reads a room."""
     doc = Doc()
     doc.apply_update(state)
-    return str(doc.get(TEXT_NAME, type=Text))
+    return read_content(doc, rich_name)
 
 
 def _differing_span(current: str, target: str) -> tuple[int, int, int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..content.reading import RICH_NAME
 from ..storage.compaction import CompactionPolicy
 from ..updates.guard import (
     DEFAULT_MAX_CLIENTS,
@@ -40,6 +41,8 @@ class RoomSettings:
     # A broadcast update bigger than this goes out as several (protocol.update_split).
     max_message_bytes: int = 1024 * 1024
     presence: PresenceLimits = field(default_factory=PresenceLimits)
+    # The Y.XmlFragment a rich document keeps its tree in (collab.content).
+    rich_fragment: str = RICH_NAME
 
     def new_guard(self) -> UpdateGuard:
         """An empty document's update guard, with these limits."""
@@ -60,6 +63,7 @@ class RoomSettings:
             max_root_types=settings.max_root_types,
             max_clients=settings.max_clients_per_document,
             max_message_bytes=settings.max_outgoing_message_bytes,
+            rich_fragment=settings.rich_fragment,
             presence=PresenceLimits(
                 ids_per_peer=settings.awareness_ids_per_peer,
                 entry_bytes=settings.awareness_entry_bytes,

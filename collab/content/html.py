@@ -1,0 +1,95 @@
+"""A rich tree as an HTML fragment: the StarterKit's elements, everything escaped, and links and
+images only to http(s), mailto or relative addresses (a ``javascript:`` link is kept as text)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+from typing import Any
+from urllib.parse import urlsplit
+
+from .markdown import INLINE_TAGS
+from .tree import Node, Run, inline_runs
+
+_BLOCKS = {
+    "paragraph": "p",
+    "blockquote": "blockquote",
+    "bulletList": "ul",
+    "orderedList": "ol",
+    "taskList": "ul",
+    "listItem": "li",
+    "taskItem": "li",
+}
+_MARKS = (("bold", "strong"), ("italic", "em"), ("strike", "s"), ("underline", "u"))
+
+
+def to_html(blocks: tuple[Node | Run, ...]) -> str:
+    return "".join(_block(block) for block in blocks)
+
+
+def safe_url(url: Any) -> str | None:
+    if not isinstance(url, str):
+        return None
+    scheme = urlsplit(url.strip()).scheme.lower()
+    return url if scheme in ("", "http", "https", "mailto") else None
+
+
+def _block(node: Node | Run) -> str:
+    if isinstance(node, Run) or node.tag == "#text":
+        return _inline([node])
+    tag = node.tag
+    if tag == "heading":
+        level = node.attrs.get("level")
+        n = int(level) if isinstance(level, int | float) and 1 <= level <= 6 else 1
+        return f"<h{n}>{_inline(node.children)}</h{n}>"
+    if tag == "codeBlock":
+        text = "".join(r.text for r in inline_runs(node.children) if isinstance(r, Run))
+        language = node.attrs.get("language")
+        cls = f' class="language-{escape(language)}"' if isinstance(language, str) else ""
+        return f"<pre><code{cls}>{escape(text)}</code></pre>"
+    if tag == "horizontalRule":
+        return "<hr>"
+    if tag in INLINE_TAGS:
+        return _inline([node])
+    element = _BLOCKS.get(tag)
+    holds_text = any(
+        isinstance(c, Run) or c.tag == "#text" or c.tag in INLINE_TAGS for c in node.children
+    )
+    inner = _inline(node.children) if holds_text else "".join(map(_block, node.children))
+    if element is None:
+        return f"<p>{inner}</p>" if holds_text else inner
+    start = node.attrs.get("start") if tag == "orderedList" else None
+    attrs = f' start="{int(start)}"' if isinstance(start, int | float) and start != 1 else ""
+    return f"<{element}{attrs}>{inner}</{element}>"
+
+
+def _inline(children: list[Node | Run] | tuple[Node | Run, ...]) -> str:
+    out: list[str] = []
+    for piece in inline_runs(tuple(children)):
+        if isinstance(piece, Node):
+            out.append(_inline_node(piece))
+            continue
+        text = escape(piece.text)
+        if "code" in piece.marks:
+            text = f"<code>{text}</code>"
+        for mark, element in reversed(_MARKS):
+            if mark in piece.marks:
+                text = f"<{element}>{text}</{element}>"
+        link = piece.marks.get("link")
+        href = safe_url(link.get("href")) if isinstance(link, Mapping) else None
+        if href is not None:
+            text = f'<a href="{escape(href)}">{text}</a>'
+        out.append(text)
+    return "".join(out)
+
+
+def _inline_node(node: Node) -> str:
+    if node.tag == "hardBreak":
+        return "<br>"
+    if node.tag == "image":
+        src = safe_url(node.attrs.get("src"))
+        if src is None:
+            return ""
+        alt = escape(str(node.attrs.get("alt") or ""))
+        return f'<img src="{escape(src)}" alt="{alt}">'
+    return _inline(node.children)

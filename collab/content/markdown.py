@@ -1,0 +1,173 @@
+"""A rich tree as Markdown (CommonMark with GitHub's strikethrough).
+
+Headings ``#``, emphasis, inline code, links, bullet and ordered lists with nesting, blockquotes,
+fenced code blocks, rules, images and hard breaks (``\\`` at the end of a line). A node this does
+not know keeps its text: as a block if it holds blocks, inline if it holds text. Marks are opened
+and closed only where they change, with spaces kept outside them (``**bold **`` is not bold in
+CommonMark), and text that Markdown would read as syntax is escaped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .tree import Node, Run, inline_runs
+
+_ESCAPED = re.compile(r"([\\`*_\[\]<>~|])")
+_BLOCK_START = re.compile(r"^(#{1,6}(?=\s|$)|>|[-+*](?=\s)|\d+[.)](?=\s)|={3,}|-{3,}$)")
+_ORDER = ("link", "bold", "italic", "strike")  # outermost first; code is always innermost
+_WRAP = {"bold": ("**", "**"), "italic": ("*", "*"), "strike": ("~~", "~~")}
+INLINE_TAGS = frozenset({"hardBreak", "image", "mention", "emoji"})
+TEXTBLOCKS = frozenset({"paragraph", "heading", "codeBlock"})
+LISTS = frozenset({"bulletList", "orderedList", "taskList"})
+
+
+def to_markdown(blocks: tuple[Node | Run, ...]) -> str:
+    text = _blocks(blocks)
+    return text + "\n" if text else ""
+
+
+def _blocks(blocks: tuple[Node | Run, ...] | list[Node | Run]) -> str:
+    return "\n\n".join(part for part in (_block(block) for block in blocks) if part)
+
+
+def _block(node: Node | Run) -> str:
+    if isinstance(node, Run) or node.tag == "#text":
+        return _start_escaped(_inline([node]))
+    tag = node.tag
+    if tag == "heading":
+        level = _level(node.attrs.get("level"))
+        return "#" * level + " " + _inline(node.children).strip()
+    if tag == "paragraph":
+        return _start_escaped(_inline(node.children))
+    if tag == "codeBlock":
+        return _code_block(node)
+    if tag == "blockquote":
+        inner = _blocks(node.children)
+        return "\n".join(">" if not line else "> " + line for line in inner.split("\n"))
+    if tag in LISTS:
+        return _list(node)
+    if tag == "horizontalRule":
+        return "---"
+    if tag in INLINE_TAGS:
+        return _inline([node])
+    if _holds_text(node):
+        return _start_escaped(_inline(node.children))
+    return _blocks(node.children)  # unknown, holding blocks: they keep their text
+
+
+def _list(node: Node) -> str:
+    ordered = node.tag == "orderedList"
+    number = _level(node.attrs.get("start"), default=1, high=10**9) if ordered else 0
+    items = []
+    for child in node.children:
+        if isinstance(child, Run):
+            continue
+        if ordered:
+            marker = f"{number}. "
+            number += 1
+        elif node.tag == "taskList" or child.tag == "taskItem":
+            marker = "- [x] " if child.attrs.get("checked") else "- [ ] "
+        else:
+            marker = "- "
+        body = "\n".join(part for part in (_block(block) for block in child.children) if part)
+        pad = " " * len(marker)
+        lines = body.split("\n") if body else [""]
+        rest = "".join("\n" + (pad + line if line else "") for line in lines[1:])
+        items.append(marker + lines[0] + rest)
+    return "\n".join(items)
+
+
+def _code_block(node: Node) -> str:
+    text = "".join(run.text for run in inline_runs(node.children) if isinstance(run, Run))
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    language = node.attrs.get("language")
+    info = language if isinstance(language, str) and "`" not in language else ""
+    return f"{fence}{info}\n{text}\n{fence}"
+
+
+def _holds_text(node: Node) -> bool:
+    return any(
+        isinstance(child, Run) or child.tag == "#text" or child.tag in INLINE_TAGS
+        for child in node.children
+    )
+
+
+def _level(value: Any, default: int = 1, high: int = 6) -> int:
+    if isinstance(value, int | float) and 1 <= value <= high:
+        return int(value)
+    return default
+
+
+def _start_escaped(text: str) -> str:
+    """A block whose text begins like Markdown syntax (``# ``, ``- ``, ``1. ``) stays text."""
+    return "\\" + text if _BLOCK_START.match(text) else text
+
+
+def _inline(children: tuple[Node | Run, ...] | list[Node | Run]) -> str:
+    out: list[str] = []
+    open_marks: list[tuple[str, Mapping[str, Any]]] = []
+    pending = ""  # spaces after the last text, kept outside marks that close after them
+
+    def close(keep: int) -> None:
+        while len(open_marks) > keep:
+            name, attrs = open_marks.pop()
+            out.append(_closer(name, attrs))
+
+    for piece in inline_runs(tuple(children)):
+        if isinstance(piece, Node):
+            close(0)
+            out.append(pending)
+            pending = ""
+            out.append(_inline_node(piece))
+            continue
+        text = piece.text
+        core = text.strip()
+        if not core:
+            pending += text
+            continue
+        lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
+        wanted = [(name, piece.marks[name]) for name in _ORDER if name in piece.marks]
+        keep = 0
+        while keep < min(len(open_marks), len(wanted)) and open_marks[keep] == wanted[keep]:
+            keep += 1
+        close(keep)
+        out.append(pending + lead)
+        for name, attrs in wanted[keep:]:
+            out.append(_opener(name))
+            open_marks.append((name, attrs))
+        out.append(_code(core) if "code" in piece.marks else _ESCAPED.sub(r"\\\1", core))
+        pending = trail
+    close(0)
+    return "".join(out).rstrip(" ")
+
+
+def _opener(name: str) -> str:
+    return "[" if name == "link" else _WRAP[name][0]
+
+
+def _closer(name: str, attrs: Mapping[str, Any]) -> str:
+    if name == "link":
+        href = str(attrs.get("href") or "")
+        return "](" + href.replace(" ", "%20").replace("(", "%28").replace(")", "%29") + ")"
+    return _WRAP[name][1]
+
+
+def _code(text: str) -> str:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _inline_node(node: Node) -> str:
+    if node.tag == "hardBreak":
+        return "\\\n"
+    if node.tag == "image":
+        alt = _ESCAPED.sub(r"\\\1", str(node.attrs.get("alt") or ""))
+        src = str(node.attrs.get("src") or "").replace(" ", "%20").replace(")", "%29")
+        return f"![{alt}]({src})"
+    return _inline(node.children)  # a mention or any other inline node: its text
