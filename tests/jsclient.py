@@ -37,6 +37,7 @@ __all__ = [
     "node_available",
     "require_node",
     "tiptap_document",
+    "tiptap_reads",
     "yjs_applied",
 ]
 
@@ -115,6 +116,25 @@ def tiptap_document(content: list[dict[str, Any]], fragment: str = "default") ->
         check=True,
     )
     return base64.b64decode(result.stdout)
+
+
+def tiptap_reads(update: bytes, fragment: str = "default") -> dict[str, Any]:
+    """The ProseMirror JSON a Tiptap editor makes of a document's fragment (y-prosemirror with
+    Tiptap's StarterKit schema, ``tests/js/rich_doc.mjs --read``); raises if the schema does
+    not allow what the fragment holds."""
+    require_node()
+    node = shutil.which("node")
+    assert node is not None
+    result = subprocess.run(
+        [node, "js/rich_doc.mjs", "--read", fragment],
+        cwd=TESTS_DIR,
+        input=base64.b64encode(update).decode(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return dict(json.loads(result.stdout))
 
 
 class EditorExitedError(RuntimeError):

@@ -249,7 +249,8 @@ async def test_bad_imports_are_refused_with_the_reason_and_change_nothing(
     assert huge.status_code == 413
     empty = await api.request("PUT", name, content=b"", headers=OCTETS)
     assert empty.status_code == 400
-    as_form = await api.request("PUT", name, content=b"x", headers={"Content-Type": "text/plain"})
+    form = {"Content-Type": "application/x-www-form-urlencoded"}
+    as_form = await api.request("PUT", name, content=b"x=1", headers=form)
     assert as_form.status_code == 415
     readonly = auth(server.token(["guarded"], scope="readonly"))
     ro = await api.request(
@@ -492,3 +493,50 @@ async def test_a_tiptap_document_reads_over_rest_as_markdown_text_and_html(
     assert as_markdown.text == EXPECTED_MARKDOWN
     plain = (await api.request("GET", "/api/documents/draft")).json()
     assert plain["kind"] == "plain"
+
+
+async def test_markdown_and_plain_text_are_imported_as_one_change_editors_follow(
+    server: ServerProcess, api: Checked
+) -> None:
+    """PUT text/markdown makes the rich tree the Markdown (a Tiptap editor reads it as valid
+    StarterKit content); PUT text/plain makes the plain text the body; a version of the rich
+    document restores its tree."""
+    from tests.collab.test_content import EXPECTED_MARKDOWN
+    from tests.jsclient import tiptap_reads
+
+    markdown = {"Content-Type": "text/markdown; charset=utf-8"}
+    put = await api.request(
+        "PUT", "/api/documents/md-notes", content=EXPECTED_MARKDOWN.encode(), headers=markdown
+    )
+    assert put.status_code == 200, put.text
+    got = await api.request("GET", "/api/documents/md-notes?format=markdown")
+    assert got.text == EXPECTED_MARKDOWN
+    backup = await api.request("GET", "/api/documents/md-notes?format=yjs")
+    assert tiptap_reads(backup.content)["content"][0]["type"] == "heading"
+    made = await api.request("POST", "/api/versions/md-notes", json={"label": "first"})
+    assert made.status_code == 201, made.text
+    again = await api.request(
+        "PUT", "/api/documents/md-notes", content=b"# Rewritten\n", headers=markdown
+    )
+    assert again.status_code == 200, again.text
+    assert (await api.request("GET", "/api/documents/md-notes")).json()["text"] == "Rewritten"
+    restored = await api.request(
+        "POST", "/api/restore/md-notes", json={"version": made.json()["id"]}
+    )
+    assert restored.status_code == 200, restored.text
+    assert restored.json()["text"].startswith("Title\n\nSome bold")
+    got = await api.request("GET", "/api/documents/md-notes?format=markdown")
+    assert got.text == EXPECTED_MARKDOWN
+    token = server.token()
+    async with await MuxPeer.connect(server.ws_url) as mux:
+        doc = await mux.open("plain-import", token)
+        plain = {"Content-Type": "text/plain; charset=utf-8"}
+        put = await api.request(
+            "PUT", "/api/documents/plain-import", content="from REST 🙂".encode(), headers=plain
+        )
+        assert put.status_code == 200, put.text
+        await doc.wait_text("from REST 🙂")  # the connected editor follows
+    bad = await api.request(
+        "PUT", "/api/documents/plain-import", content=b"\xff\xfe", headers=plain
+    )
+    assert bad.status_code == 400 and "UTF-8" in bad.json()["error"]

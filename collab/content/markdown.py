@@ -72,12 +72,31 @@ def _list(node: Node) -> str:
             marker = "- [x] " if child.attrs.get("checked") else "- [ ] "
         else:
             marker = "- "
-        body = "\n".join(part for part in (_block(block) for block in child.children) if part)
+        body = _item_body(child.children)
         pad = " " * len(marker)
         lines = body.split("\n") if body else [""]
         rest = "".join("\n" + (pad + line if line else "") for line in lines[1:])
         items.append(marker + lines[0] + rest)
     return "\n".join(items)
+
+
+def _item_body(blocks: tuple[Node | Run, ...]) -> str:
+    """A list item's blocks, one per line (a tight list), but a blank line before an ordered
+    list that does not start at 1: CommonMark would read it as the paragraph's text."""
+    out = ""
+    for block in blocks:
+        part = _block(block)
+        if not part:
+            continue
+        if out:
+            starts_late = (
+                isinstance(block, Node)
+                and block.tag == "orderedList"
+                and _level(block.attrs.get("start"), default=1, high=10**9) != 1
+            )
+            out += "\n\n" if starts_late else "\n"
+        out += part
+    return out
 
 
 def _code_block(node: Node) -> str:
@@ -131,14 +150,17 @@ def _inline(children: tuple[Node | Run, ...] | list[Node | Run]) -> str:
             continue
         lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
         wanted = [(name, piece.marks[name]) for name in _ORDER if name in piece.marks]
+        # Marks already open stay open, in the order they were opened (so *a **b** c* stays
+        # nested), up to the first one this run does not have.
         keep = 0
-        while keep < min(len(open_marks), len(wanted)) and open_marks[keep] == wanted[keep]:
+        while keep < len(open_marks) and open_marks[keep] in wanted:
             keep += 1
         close(keep)
         out.append(pending + lead)
-        for name, attrs in wanted[keep:]:
-            out.append(_opener(name))
-            open_marks.append((name, attrs))
+        for name, attrs in wanted:
+            if (name, attrs) not in open_marks:
+                out.append(_opener(name))
+                open_marks.append((name, attrs))
         out.append(_code(core) if "code" in piece.marks else _ESCAPED.sub(r"\\\1", core))
         pending = trail
     close(0)

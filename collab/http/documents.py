@@ -20,7 +20,6 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from pycrdt import Text
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -28,13 +27,14 @@ from starlette.routing import Route
 from ..auth.tokens import Grant
 from ..connection.context import MAX_DOCUMENT_NAME, ServerContext, valid_document_name
 from ..content.reading import Content, read_content
-from ..rooms.direct import TEXT_NAME
 from ..rooms.document_edits import (
     ImportRefused,
     RestOrigin,
     content_of_state,
     import_update,
     restore_text,
+    set_text,
+    set_tree,
 )
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.room import RoomClosed
@@ -45,6 +45,7 @@ log = logging.getLogger("tether.rest")
 
 DELETED_REASON = "document deleted"
 FORMATS = ("json", "text", "markdown", "html", "yjs")
+IMPORTS = ("application/octet-stream", "text/markdown", "text/plain")
 MAX_LABEL_CHARS = 200
 LIST_LIMIT = 1000
 _EMPTY_STATE = b"\x00"  # the state vector of a document with nothing in it
@@ -156,21 +157,36 @@ class DocumentsApi:
         name, refusal = await self._check(request, write=True)
         if refusal is not None:
             return refusal
-        if _content_type(request) != "application/octet-stream":
-            # A cross-site <form> cannot send this type without a preflight.
-            return _error(415, "Content-Type must be application/octet-stream (a Yjs update)")
+        kind = _content_type(request)
+        if kind not in IMPORTS:
+            # Only with a bearer token in a header, so a cross-site <form> cannot send any.
+            return _error(
+                415,
+                "Content-Type must be application/octet-stream (a Yjs update), text/markdown"
+                " (into the rich tree) or text/plain (into the plain text)",
+            )
         ctx = self._context()
         body = await self._body(request, ctx)
         if isinstance(body, Response):
             return body
-        if not body:
+        if not body and kind == "application/octet-stream":
             return _error(400, "empty body: expected a Yjs update")
+        written_text = ""
+        if kind != "application/octet-stream":
+            try:
+                written_text = body.decode("utf-8")
+            except UnicodeDecodeError:
+                return _error(400, "the body is not UTF-8 text")
         grant = await self._grant_of(request, name)
         origin = RestOrigin("import", grant.subject if grant else "")
         try:
             async with ctx.rooms.visit(name) as room:
-                written = import_update(room, body, origin)
-                await written
+                if kind == "text/markdown":
+                    await set_tree(room, written_text, origin)
+                elif kind == "text/plain":
+                    await set_text(room, written_text, origin)
+                else:
+                    await import_update(room, body, origin)
         except ImportRefused as exc:
             ctx.metrics.update_refusals.labels(exc.limit).inc()
             self._log_once(request, exc.limit, f"refused an imported update of {name[:64]!r}")
@@ -292,8 +308,14 @@ class DocumentsApi:
         origin = RestOrigin("restore", grant.subject if grant else "")
         try:
             async with ctx.rooms.visit(name) as room:
-                await restore_text(room, state, origin)
-                text = str(room.doc.get(TEXT_NAME, type=Text))
+                saved = content_of_state(state, ctx.settings.rich_fragment)
+                if saved.kind == "rich":  # the tree as it was, as one new change
+                    await set_tree(room, saved.blocks, origin)
+                else:
+                    await restore_text(room, state, origin)
+                text = read_content(room.doc, ctx.settings.rich_fragment).text()
+        except ImportRefused as exc:
+            return _error(422, str(exc))
         except DocumentQuarantined as exc:
             return _error(409, str(exc))
         except (RoomClosed, StorageError):

@@ -187,12 +187,20 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _IMPORT: dict[str, Any] = {
-    "summary": "Import a Yjs update as one CRDT change (connected editors follow)",
-    "description": "Checked by the update guard exactly as a /ws update is; at most"
-    " max_frame_bytes. A new name is created. PUT and POST are the same.",
+    "summary": "Import a Yjs update, Markdown or plain text as one CRDT change (connected"
+    " editors follow)",
+    "description": "application/octet-stream: a Yjs update, checked by the update guard exactly"
+    " as a /ws update is. text/markdown: the rich tree (--rich-fragment) becomes the Markdown"
+    " (Tiptap StarterKit nodes and marks). text/plain: the plain text (Y.Text content) becomes"
+    " the body, changing only the part that differs. At most max_frame_bytes. A new name is"
+    " created. PUT and POST are the same.",
     "requestBody": {
         "required": True,
-        "content": {"application/octet-stream": {"schema": {"type": "string"}}},
+        "content": {
+            "application/octet-stream": {"schema": {"type": "string"}},
+            "text/markdown": {"schema": {"type": "string"}},
+            "text/plain": {"schema": {"type": "string"}},
+        },
     },
     "responses": {
         "200": _json("Imported", "applied and durable"),

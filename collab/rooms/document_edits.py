@@ -12,16 +12,19 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from pycrdt import Doc, Text
+from pycrdt import Doc, Text, XmlFragment
 
 from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate
 
+from ..content.markdown_in import parse_markdown
 from ..content.reading import Content, read_content
+from ..content.tree import Node, Run
+from ..content.tree_write import replace_fragment
 from ..runtime.gc_hold import full_collections_held
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
-from ..updates.slicing import slice_update, wants_slices
+from ..updates.slicing import load_slices, slice_update, wants_slices
 from .direct import TEXT_NAME
 from .room import InvalidUpdate, Room, apply_update
 
@@ -103,7 +106,12 @@ def restore_text(room: Room, state: bytes, origin: object) -> asyncio.Future[int
     change that replaces only the part that differs; history is not rewound."""
     saved = Doc()
     saved.apply_update(state)
-    target = str(saved.get(TEXT_NAME, type=Text))
+    return set_text(room, str(saved.get(TEXT_NAME, type=Text)), origin)
+
+
+def set_text(room: Room, target: str, origin: object) -> asyncio.Future[int]:
+    """Make the room's plain text (``content``) equal ``target`` with one new change that
+    replaces only the part that differs."""
 
     def change(doc: Doc) -> None:
         text = doc.get(TEXT_NAME, type=Text)
@@ -118,6 +126,35 @@ def restore_text(room: Room, state: bytes, origin: object) -> asyncio.Future[int
             text.insert(first, target[start:end_target])
 
     return room.edit(change, origin)
+
+
+async def set_tree(room: Room, blocks: tuple[Node | Run, ...] | str, origin: object) -> int:
+    """Make the room's rich tree hold ``blocks`` (or the blocks of a Markdown text) with one
+    new change, built in a worker thread on a copy of the document and then imported as any
+    update is (checked, sliced if big); returns once it is durable. A change made meanwhile by
+    an editor stays: only what the copy held is replaced. Raises ``ImportRefused``."""
+    name = room.settings.rich_fragment
+    with full_collections_held():
+        update = await asyncio.to_thread(_tree_update, room.doc.get_update(), blocks, name)
+        return await import_update(room, update, origin)
+
+
+def _tree_update(state: bytes, blocks: tuple[Node | Run, ...] | str, fragment_name: str) -> bytes:
+    if isinstance(blocks, str):
+        blocks = parse_markdown(blocks)
+    doc = Doc()  # a fresh client id: the change is this one's own
+    layers = load_slices(state) if reads_off_loop(state) else None
+    apply_update(doc, state, origin=None, layers=layers)  # slices: the GIL is let go between
+    before = doc.get_state()
+    try:
+        fragment = doc.get(fragment_name, type=XmlFragment)
+    except Exception as exc:  # the name holds another kind of shared type
+        raise ImportRefused(
+            "kind", f"this document's {fragment_name!r} is not a rich-text fragment"
+        ) from exc
+    with doc.transaction():
+        replace_fragment(fragment, blocks)
+    return doc.get_update(before)
 
 
 def content_of_state(state: bytes, rich_name: str) -> Content:

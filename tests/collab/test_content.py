@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 from pycrdt import Doc, Text, XmlElement, XmlFragment, XmlText
 
-from tests.jsclient import tiptap_document
+from tests.jsclient import tiptap_document, tiptap_reads
+from tether.collab.content.markdown_in import parse_markdown
 from tether.collab.content.reading import read_content
+from tether.collab.content.tree_write import replace_fragment
 
 
 def text(value: str, **marks: Any) -> dict[str, Any]:
@@ -63,6 +65,7 @@ Some **bold** and [a link](https://x.org/a%20b)\\
 `` x = `1` ``
 
 - one
+
   3. nested
 - two
 
@@ -164,3 +167,52 @@ def test_unknown_nodes_keep_their_text_and_a_plain_document_reads_as_itself() ->
     )
     assert read_content(Doc()).kind == "plain" and "default" not in Doc().keys()
     assert read_content(rich(SAMPLE), "elsewhere").kind == "plain"  # another field named
+
+
+def written(markdown: str) -> Doc:
+    """A document whose fragment ``set_tree``'s writer filled from ``markdown``."""
+    doc = Doc()
+    with doc.transaction():
+        replace_fragment(doc.get("default", type=XmlFragment), parse_markdown(markdown))
+    return doc
+
+
+def test_markdown_read_into_the_tree_writes_back_the_same_markdown() -> None:
+    assert read_content(written(EXPECTED_MARKDOWN)).markdown() == EXPECTED_MARKDOWN
+    # ... and Tiptap (StarterKit through y-prosemirror) reads the tree it holds as valid.
+    pm = tiptap_reads(written(EXPECTED_MARKDOWN).get_update())
+    kinds = [node["type"] for node in pm["content"]]
+    assert kinds == [
+        "heading",
+        "paragraph",
+        "bulletList",
+        "blockquote",
+        "codeBlock",
+        "horizontalRule",
+        "heading",
+    ]
+    assert pm["content"][0]["attrs"]["level"] == 1
+    bold = pm["content"][1]["content"][1]
+    assert bold == {"type": "text", "marks": [{"type": "bold"}], "text": "bold"}
+    nested = pm["content"][2]["content"][0]["content"][1]
+    assert nested["type"] == "orderedList" and nested["attrs"]["start"] == 3
+
+
+@pytest.mark.parametrize(
+    "markdown",
+    [
+        "plain paragraph\n",
+        "a *b **c** d* ~~e~~ `f`\n",
+        "1. one\n2. two\n   - under\n",
+        "text with emoji \N{GRINNING FACE} and a [link](https://x.org)\n",
+        "> quote\n>\n> two\n",
+    ],
+)
+def test_supported_markdown_round_trips(markdown: str) -> None:
+    assert read_content(written(markdown)).markdown() == markdown
+
+
+def test_what_tiptap_has_no_node_for_keeps_its_text() -> None:
+    doc = written("![a cat](https://x.org/cat.png) and <b>raw</b>\n\n<div>block</div>\n")
+    assert read_content(doc).text() == "a cat and <b>raw</b>\n\n<div>block</div>"
+    assert written("").get("default", type=XmlFragment).children[0].tag == "paragraph"
