@@ -23,6 +23,7 @@ from .cluster.node import Cluster
 from .cluster.stores import build_store
 from .config import Settings
 from .connection.admission import Admission, client_address
+from .connection.ai_off import AiOff
 from .connection.close_codes import TRY_AGAIN_LATER
 from .connection.context import ServerContext, valid_document_name
 from .connection.sockets import SocketEndpoints
@@ -143,8 +144,7 @@ class TetherServer:
             for extension in self.cluster.extensions():
                 self._extend(stack, extension)
             engine = await self._start_ai(stack)
-            if engine is not None:
-                self._extend(stack, engine)
+            self._extend(stack, engine if engine is not None else AiOff())
             webhooks = WebhookExtension.from_settings(settings, self.metrics)
             if webhooks is not None:
                 self.hooks.add(webhooks)
