@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ProviderTimeout
 from ..metrics import AiMetrics
 from ..model.providers.base import Cancellation, GenerationRequest, Provider
-from ..text.junk import JunkScreen, screened
+from ..text.junk import JunkScreen, RewriteScreen, screened
 from ..text.junk import screen as screen_whole
 from ..text.stopping import TOKENS, heal_prompt, shape
 from .streamer import StreamResult, stream_coalesced
@@ -93,18 +93,25 @@ class _Counted:
 
 
 def screening(settings: AiSettings, prompt: BuiltPrompt) -> JunkScreen | None:
-    """The junk filter for one generation of ``prompt``: completions only (a rewrite repeats
-    its passage by design), and only with the filter on (``--ai-junk-filter``)."""
-    if prompt.kind != "complete" or not settings.junk_filter:
+    """The junk filter for one generation of ``prompt``, with the filter on
+    (``--ai-junk-filter``): a completion's, or a rewrite's (chat talk only: a rewrite repeats
+    its passage by design, so echoes are its point)."""
+    if not settings.junk_filter:
         return None
+    if prompt.kind == "rewrite":
+        return RewriteScreen()
     return JunkScreen(prompt.before, settings.stop_rule)
 
 
 def rescreen(settings: AiSettings, prompt: BuiltPrompt, text: str) -> tuple[str, str | None]:
     """A cached answer served for ``prompt``: what of it may be shown there, and the junk kind
     that ends it (None: clean, or the filter is off)."""
-    if prompt.kind != "complete" or not settings.junk_filter:
+    if not settings.junk_filter:
         return text, None
+    if prompt.kind == "rewrite":
+        screen_ = RewriteScreen()
+        shown = screen_.feed(text)
+        return shown + screen_.close(), screen_.kind
     return screen_whole(text, prompt.before, settings.stop_rule)
 
 

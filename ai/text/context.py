@@ -18,7 +18,7 @@ from ..errors import BadRequest
 from .junk import BEFORE_CHARS
 from .regions import Region, RegionIndex
 
-PROMPT_VERSION = "2"
+PROMPT_VERSION = "3"  # 3: rewrites stop at a blank line their passage lacks
 HOT_SECONDS = 30.0
 # A token is about four characters of prose: no part of a prompt (the cursor's paragraph, a
 # paragraph of context, a passage to rewrite) is longer than this many characters per token of
@@ -301,4 +301,8 @@ class ContextBuilder:
             )
         passage = text[start:end]
         prompt = _chat(SYSTEM_REWRITE, passage)
-        return BuiltPrompt(prompt, "rewrite", passage, STOP_REWRITE, self.count_tokens(prompt))
+        # A small model goes on after the rewritten passage with talk about it ("\n\nThe
+        # passage is clear and grammatical..." in 3 of 8 rewrites measured): a passage with no
+        # blank line in it gets a rewrite with none either.
+        stop = STOP_REWRITE if "\n\n" in passage else (*STOP_REWRITE, "\n\n")
+        return BuiltPrompt(prompt, "rewrite", passage, stop, self.count_tokens(prompt))

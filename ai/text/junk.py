@@ -237,6 +237,44 @@ class JunkScreen:
         return True
 
 
+class RewriteScreen(JunkScreen):
+    """The junk filter on a rewrite: the passage rewritten, never talk about it. The first
+    phrase is held until it is complete, so an assistant's "Sure! Here is the rewritten
+    passage:" ends it as chat before anything is shown; then the rest goes out as it comes,
+    and a chat-template marker anywhere ends it. (What a small model says after the passage is
+    cut by the rewrite's stop at a blank line: ``ai.text.context.ContextBuilder.rewrite``.)"""
+
+    __slots__ = ()
+
+    def __init__(self) -> None:
+        super().__init__("", PHRASE)
+
+    def feed(self, piece: str) -> str:
+        if self.kind is not None:
+            return ""
+        self.text += piece
+        if not self._head_done:
+            if not settled(self.text, PHRASE)[1]:
+                return ""
+            self._head_done = True
+        return self._release()
+
+    def close(self) -> str:
+        if self.kind is not None:
+            return ""
+        if not self.text.strip():
+            self.kind = EMPTY
+            return ""
+        return self._release()
+
+    def _release(self) -> str:
+        if _CHAT.search(self.text) or _CHAT_ANYWHERE.search(self.text):
+            self.kind = CHAT
+            return ""
+        released, self.shown = self.shown, len(self.text)
+        return self.text[released:]
+
+
 def screen(text: str, before: str, rule: str) -> tuple[str, str | None]:
     """The junk filter on a whole suggestion: (what the editor is shown of it, the junk kind
     that ended it or None). Exactly what ``JunkScreen`` shows of any stream of ``text``."""

@@ -10,6 +10,7 @@ import unicodedata
 
 import pytest
 
+from tether.ai.text.context import ContextBuilder, most_tokens
 from tether.ai.text.junk import (
     CHAT,
     ECHO,
@@ -19,6 +20,7 @@ from tether.ai.text.junk import (
     LOOP,
     Before,
     JunkScreen,
+    RewriteScreen,
     junk_kind,
     screen,
     screened,
@@ -223,3 +225,35 @@ def test_the_wire_names_the_same_kinds() -> None:
     assert [JUNK_PREFIX + kind for kind in KINDS] == list(END_REASONS[3:])
     assert SuggestionEnd("s", "junk:loop").junk == LOOP
     assert SuggestionEnd("s", "done").junk is None
+
+
+@pytest.mark.parametrize(
+    ("stream", "shown", "kind"),
+    [
+        (
+            ["The meeting has ", "been moved to ", "Thursday."],
+            "The meeting has been moved to Thursday.",
+            None,
+        ),
+        (["Sure! Here is ", "the rewritten passage:"], "", CHAT),
+        (["Here is the rewritten ", "passage: The meeting"], "", CHAT),
+        (["The meeting was moved.", "<|im_end|>"], "The meeting was moved.", CHAT),
+        (["", " "], "", EMPTY),
+    ],
+)
+def test_a_rewrite_is_the_passage_and_never_talk_about_it(
+    stream: list[str], shown: str, kind: str | None
+) -> None:
+    """Issue 28, item 3: a rewrite is screened for chat talk (held until its first phrase is
+    complete), never for echoes, which are a rewrite's point."""
+    screen_ = RewriteScreen()
+    out = "".join(screen_.feed(piece) for piece in stream) + screen_.close()
+    assert (out, screen_.kind) == (shown, kind)
+
+
+def test_a_rewrite_of_a_one_paragraph_passage_stops_at_a_blank_line() -> None:
+    builder = ContextBuilder(most_tokens)
+    one = builder.rewrite("a passage to fix.", 0, 17)
+    assert "\n\n" in one.stop
+    two = builder.rewrite("first part.\n\nsecond part.", 0, 25)
+    assert "\n\n" not in two.stop  # its own blank line must come through
