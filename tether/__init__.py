@@ -19,6 +19,7 @@ if not (_HERE / "collab").is_dir() and (_HERE.parent / "collab" / "__init__.py")
 
 from tether.collab.auth.tokens import AuthError, Grant  # noqa: E402
 from tether.collab.config import Settings  # noqa: E402
+from tether.collab.content.reading import Content, read_content  # noqa: E402
 from tether.collab.hooks import AuthRequest, ConnectionInfo, Extension  # noqa: E402
 from tether.collab.rooms.direct import DirectConnection, DocumentClosed  # noqa: E402
 from tether.collab.rooms.room import Room  # noqa: E402
@@ -30,6 +31,7 @@ __all__ = [
     "AuthError",
     "AuthRequest",
     "ConnectionInfo",
+    "Content",
     "DirectConnection",
     "DocumentClosed",
     "Extension",
@@ -42,4 +44,5 @@ __all__ = [
     "TetherServer",
     "__version__",
     "create_app",
+    "read_content",
 ]

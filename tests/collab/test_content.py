@@ -3,6 +3,7 @@ read as plain text, Markdown and HTML; a document without one reads as its plain
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -216,3 +217,21 @@ def test_what_tiptap_has_no_node_for_keeps_its_text() -> None:
     doc = written("![a cat](https://x.org/cat.png) and <b>raw</b>\n\n<div>block</div>\n")
     assert read_content(doc).text() == "a cat and <b>raw</b>\n\n<div>block</div>"
     assert written("").get("default", type=XmlFragment).children[0].tag == "paragraph"
+
+
+@pytest.mark.anyio
+async def test_a_python_client_reads_a_rich_document_as_markdown(tmp_path: Path) -> None:
+    """What a Tiptap editor wrote, sent by one Python client and read by another."""
+    from tests.serverproc import ServerProcess
+    from tether import read_content
+    from tether.client import TetherClient
+
+    with ServerProcess(tmp_path, ai_provider="none") as server:
+        async with TetherClient(server.ws_url, token=server.token()) as writer:
+            handle = await writer.open("handbook")
+            handle.doc.apply_update(tiptap_document(SAMPLE))
+            await handle.wait_acked()
+        async with TetherClient(server.ws_url, token=server.token()) as reader:
+            handle = await reader.open("handbook")
+            await handle.wait_synced()
+            assert read_content(handle.doc).markdown() == EXPECTED_MARKDOWN
