@@ -23,6 +23,7 @@ import collections
 import contextlib
 import json
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -51,6 +52,9 @@ from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
 from .pinning import pinned
 
+# Editors on the JS yjs library (--driver js), in the checkout this tether runs from.
+JS_DRIVER = Path(__file__).resolve().parents[2] / "tests" / "js" / "bench_sync_driver.mjs"
+
 
 def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--editors", type=int, default=50)
@@ -58,6 +62,14 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rate", type=float, default=5.0, help="chars/s per editor")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of typing")
     parser.add_argument("--protocol", choices=["tether", "yjs"], default="tether")
+    parser.add_argument(
+        "--driver",
+        choices=["python", "js"],
+        default="python",
+        help="js: editors built on the yjs npm library (as browsers run), each on its own"
+        " socket speaking Hocuspocus frames (tests/js/bench_sync_driver.mjs; needs node and"
+        " tests/node_modules); python: pycrdt editors",
+    )
     parser.add_argument(
         "--transport",
         choices=["ws", "http"],
@@ -235,6 +247,10 @@ class Editor:
 async def drive(
     args: argparse.Namespace, url: str, token: str, transport: str = "ws"
 ) -> dict[str, Any]:
+    if getattr(args, "driver", "python") == "js":
+        if args.protocol != "tether" or transport != "ws" or args.with_ai:
+            raise SystemExit("--driver js speaks Hocuspocus frames over /ws, without --with-ai")
+        return await drive_js(args, url, token)
     rng = random.Random(args.seed)
     recorder = Recorder()
     editors = [
@@ -314,6 +330,88 @@ async def drive(
         "ai_suggestions_completed": ai_done,
         "errors": recorder.errors[:20],
         "error_count": len(recorder.errors),
+    }
+
+
+async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, Any]:
+    """``drive`` with editors built on the JS ``yjs`` library (``tests/js/bench_sync_driver
+    .mjs``), one node process for all of them: the server's CPU is read when their typing
+    starts and once it and the acks in flight are done, as ``drive`` reads it."""
+    node = shutil.which("node")
+    if node is None or not (JS_DRIVER.parent.parent / "node_modules" / "yjs").is_dir():
+        raise SystemExit("--driver js needs node on PATH and tests/node_modules (.ci/setup --dev)")
+    config = {
+        "url": url,
+        "token": token,
+        "editors": args.editors,
+        "docs": args.docs,
+        "rate": args.rate,
+        "duration": args.duration,
+        "seed": args.seed,
+        "acks": True,
+    }
+    process = await asyncio.create_subprocess_exec(
+        node,
+        str(JS_DRIVER),
+        json.dumps(config),
+        cwd=JS_DRIVER.parent,
+        stdout=asyncio.subprocess.PIPE,
+        limit=2**26,  # the results line holds every latency sample
+    )
+    assert process.stdout is not None
+    cpu_before = cpu_after = rss = None
+    results: dict[str, Any] = {}
+    connect_started = time.perf_counter()
+    connect_seconds = 0.0
+    timeout = 120 + args.duration * 2
+    try:
+        async with asyncio.timeout(timeout):
+            async for line in process.stdout:
+                event = json.loads(line)
+                if event["event"] == "typing":
+                    connect_seconds = time.perf_counter() - connect_started
+                    cpu_before = _cpu_seconds(args.server_pid)
+                elif event["event"] == "typed":
+                    cpu_after = _cpu_seconds(args.server_pid)
+                    rss = _rss_mb(args.server_pid)
+                elif event["event"] == "results":
+                    results = event
+            await process.wait()
+    except TimeoutError:
+        process.kill()
+        results.setdefault("errors", []).append(f"the JS driver ran past {timeout:.0f} s")
+    sent = int(results.get("sent", 0))
+    typed = float(results.get("typed") or args.duration)
+    errors = list(results.get("errors", []))
+    cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    fanout = [ms / 1000 for ms in results.get("fanout", [])]
+    acks = [ms / 1000 for ms in results.get("acks", [])]
+    return {
+        "protocol": "tether",
+        "driver": "js",
+        "transport": "ws",
+        "url": url,
+        "editors": args.editors,
+        "documents": args.docs,
+        "rate_per_editor": args.rate,
+        "duration_s": round(typed, 2),
+        "connect_s": round(connect_seconds, 2),
+        "updates_sent": sent,
+        "updates_per_s": round(sent / typed, 1) if typed else 0.0,
+        "fanout_received": len(fanout),
+        "fanout_expected": _expected_fanout(args) * sent // max(args.editors, 1),
+        "fanout_duplicates": int(results.get("duplicates", 0)),
+        "fanout_ms": _percentiles(fanout),
+        "ack_ms": _percentiles(acks),
+        "acks_received": len(acks),
+        "rejected": int(results.get("rejected", 0)),
+        "server_cpu_s": None if cpu is None else round(cpu, 2),
+        "server_cpu_s_per_1000_edits": None if cpu is None else round(cpu * 1000 / max(sent, 1), 3),
+        "server_rss_mb": rss,
+        "with_ai": False,
+        "ai_suggestions_completed": 0,
+        "errors": errors[:20],
+        "error_count": int(results.get("errorCount", len(errors))) + (0 if results else 1),
     }
 
 

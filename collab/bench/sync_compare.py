@@ -148,6 +148,7 @@ def summarise(
             "duration_s": args.duration,
             "reps": args.reps,
             "pinned": args.pin,
+            "driver": getattr(args, "driver", "python"),
             "targets": {t.label: str(t.repo) if t.repo else HOCUSPOCUS for t in targets},
         },
         "medians": medians,
