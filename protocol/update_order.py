@@ -52,13 +52,10 @@ def in_dependency_order(update: bytes, min_clients: int = MIN_CLIENTS) -> list[b
     """``update`` as layers to apply in order (see the module docstring), or None."""
     if update and update[0] < min(min_clients, 0x80):
         return None  # the usual update: its client count fits one byte, and it is small
-    read = _read_clients(update, min_clients, skips=False)
-    if read is None:
+    ordered = _ordered(update, min_clients, skips=False)
+    if ordered is None:
         return None
-    clients, delete_set = read
-    layers = _layers(clients)
-    if layers is None:
-        return None
+    layers, delete_set = ordered
     # The deletes refer to structs of any layer: they go last, as one more update.
     return [_encode(runs, b"\x00") for runs in layers] + [b"\x00" + delete_set]
 
@@ -68,16 +65,13 @@ def in_slices(update: bytes, max_structs: int, max_bytes: int) -> list[bytes] | 
     ``max_bytes`` each (a single struct may be bigger), in dependency order: applied one after
     the other, in transactions of their own, they make the document ``update`` makes, and each
     is a bounded amount of work for yrs and the guard. How a big update is applied without
-    holding the event loop (``collab.rooms.slices``). Skips are kept (each covers clocks the
-    document must already have). None if the update cannot be put in order (no history a
+    holding the event loop (``collab.updates.slicing``). Skips are kept (each covers clocks
+    the document must already have). None if the update cannot be put in order (no history a
     Yjs client could have made)."""
-    read = _read_clients(update, 0, skips=True)
-    if read is None:
+    ordered = _ordered(update, 0, skips=True)
+    if ordered is None:
         return None
-    clients, delete_set = read
-    layers = _layers(clients)
-    if layers is None:
-        return None
+    layers, delete_set = ordered
     slices: list[bytes] = []
     # A slice holds each client's structs as one run (an update lists a client once): a run
     # met again in a later layer continues where its last one ended. Its structs may then
@@ -107,6 +101,18 @@ def in_slices(update: bytes, max_structs: int, max_bytes: int) -> list[bytes] | 
         slices.append(_encode(runs, b"\x00"))
     slices += [b"\x00" + part for part in _cut_delete_set(delete_set, max_structs)]
     return slices
+
+
+def _ordered(
+    update: bytes, min_clients: int, *, skips: bool
+) -> tuple[list[list[tuple[_Client, int, int]]], bytes] | None:
+    """The update's layers (each a list of runs) and its delete set's bytes, or None."""
+    read = _read_clients(update, min_clients, skips=skips)
+    if read is None:
+        return None
+    clients, delete_set = read
+    layers = _layers(clients)
+    return None if layers is None else (layers, delete_set)
 
 
 def _read_clients(

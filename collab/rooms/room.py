@@ -261,15 +261,7 @@ class Room:
         broadcast, stored and acked whole, as any other. The work runs to its end even if the
         sender goes away meanwhile: stopping halfway would leave part of it in the document."""
         acks = self._acks.get(peer)
-        if acks is None:
-            return
-        if not peer.writable:
-            self._metrics.rejected_updates.inc()
-            acks.push(done=True, applied=False)
-            return
-        if self._reload.running is not None:
-            acks.push(done=True, applied=False)
-            self._reload.turned_away(peer)
+        if acks is None or self._turned_back(peer, acks):
             return
         if sliced is None:
             self._refuse_update(peer, "malformed", "its structs cannot be put in order")
@@ -373,14 +365,7 @@ class Room:
         if update == EMPTY_UPDATE:
             acks.push(done=True, applied=True)  # nothing to store; ack keeps its place in line
             return
-        if not peer.writable:
-            self._metrics.rejected_updates.inc()
-            acks.push(done=True, applied=False)
-            return
-        if self._reload.running is not None:
-            # Not applied (the doc is being replaced); the peer resends once it is back.
-            acks.push(done=True, applied=False)
-            self._reload.turned_away(peer)
+        if self._turned_back(peer, acks):
             return
         try:
             # A run of items the client's own encoder would have sent as one is merged first:
@@ -422,6 +407,19 @@ class Room:
         self._broadcast_update(update, exclude=peer, pieces=pieces)
         self._hooks.on_change(self, update, peer)
         self._durability.persist(update, acks, time.perf_counter())
+
+    def _turned_back(self, peer: Peer, acks: AckQueue) -> bool:
+        """Whether ``peer``'s update is answered "not applied" before it is read: a readonly
+        peer's, or any while the document is rebuilt or held (the peer resends after)."""
+        if not peer.writable:
+            self._metrics.rejected_updates.inc()
+            acks.push(done=True, applied=False)
+            return True
+        if self._reload.running is not None:
+            acks.push(done=True, applied=False)
+            self._reload.turned_away(peer)
+            return True
+        return False
 
     def _missing_dependencies(self, peer: Peer, acks: AckQueue, exc: MissingDependencies) -> None:
         # Not hostile in itself (a relay may deliver out of order), so the connection stays;
