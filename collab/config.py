@@ -189,6 +189,9 @@ class Settings:
     # PostgreSQL unreachable: writes wait (unacked) this long, then fail; at most this many
     # bytes of writes wait, beyond it new ones fail at once.
     store_outage_timeout: float = 30.0
+    # SQLite: a commit waits this long after its first write for more to share its sync (0:
+    # commits at once, as before; acks wait up to this much longer).
+    commit_window_ms: float = 0.0
     store_queue_bytes: int = 64 * 1024 * 1024
     # asyncpg's cache of server-side prepared statements per connection; 0 turns it off, which a
     # PgBouncer in transaction pooling needs (a DSN with ?pgbouncer=true turns it off too).
@@ -274,6 +277,8 @@ class Settings:
             raise ValueError("bus must be a redis:// URL, and needs a postgresql:// store")
         if self.store_statement_cache_size < 0:
             raise ValueError("store_statement_cache_size must be >= 0 (0: off, for PgBouncer)")
+        if not 0 <= self.commit_window_ms <= 100:
+            raise ValueError("commit_window_ms must be between 0 and 100")
         if self.store_outage_timeout < 0 or self.bus_reconcile_interval <= 0:
             raise ValueError("store_outage_timeout must be >= 0, bus_reconcile_interval > 0")
         if not 4096 <= self.initial_sync_piece_bytes <= self.max_outgoing_message_bytes:

@@ -125,6 +125,12 @@ GROUPS: tuple[Group, ...] = (
         (
             ("data_dir", "DIR", "directory for the SQLite database"),
             (
+                "commit_window_ms",
+                "MS",
+                "SQLite: a commit waits this long for more writes to share its sync"
+                " (0: at once; acks wait up to this much longer)",
+            ),
+            (
                 "rich_fragment",
                 "NAME",
                 "the Y.XmlFragment a rich (Tiptap, ProseMirror) document keeps its tree in;"

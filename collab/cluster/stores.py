@@ -33,7 +33,11 @@ def build_store(settings: Settings, metrics: Metrics, given: Store | None = None
     if given is not None:
         return NodeStore(given)
     if not settings.store:
-        return NodeStore(SQLiteStore(settings.data_dir / "tether.db"))
+        return NodeStore(
+            SQLiteStore(
+                settings.data_dir / "tether.db", commit_window=settings.commit_window_ms / 1000
+            )
+        )
     dsn, behind_pgbouncer = pgbouncer_dsn(settings.store)
     ledger = Ledger()
     store = PostgresStore(

@@ -127,7 +127,12 @@ class SQLiteStore(Store):
     backend = "sqlite"
 
     def __init__(
-        self, path: str | Path, *, synchronous: str = "FULL", max_batch: int = 1000
+        self,
+        path: str | Path,
+        *,
+        synchronous: str = "FULL",
+        max_batch: int = 1000,
+        commit_window: float = 0.0,
     ) -> None:
         if synchronous.upper() not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {sorted(_SYNC_MODES)}")
@@ -137,6 +142,8 @@ class SQLiteStore(Store):
         self.commits = 0
         self._synchronous = synchronous.upper()
         self._max_batch = max_batch
+        # Seconds a commit waits after its first write for more to share its sync (0: none).
+        self._commit_window = max(0.0, commit_window)
         self._state: Lifecycle = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
@@ -335,14 +342,25 @@ class SQLiteStore(Store):
                 self._commit(writer, ops, fenced)
 
     def _take(self) -> tuple[list[_Op], bool]:
-        """Block for one op, then take whatever else is queued, up to max_batch."""
+        """Block for one op, then take whatever else is queued, up to max_batch; with a commit
+        window, what else comes within it too (one sync for all of them)."""
         ops: list[_Op] = []
         waiting = self._queue
         item = waiting.get()
+        closes = time.monotonic() + self._commit_window
         while item is not None:
             ops.append(item)
-            if len(ops) >= self._max_batch or waiting.empty():
+            if len(ops) >= self._max_batch:
                 return ops, False
+            if waiting.empty():
+                left = closes - time.monotonic()
+                if left <= 0:
+                    return ops, False
+                try:
+                    item = waiting.get(timeout=left)
+                except queue.Empty:
+                    return ops, False
+                continue
             item = waiting.get_nowait()  # this thread is the only consumer: it is there
         return ops, True
 

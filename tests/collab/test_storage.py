@@ -279,6 +279,28 @@ async def test_500_concurrent_appends_over_10_documents_are_durable_in_few_commi
 
 
 @pytest.mark.anyio
+async def test_a_commit_window_lets_writes_that_come_within_it_share_one_commit(db_path):
+    """--commit-window-ms: appends made one after another, each awaited by nobody, arrive at
+    the writer a little apart; with a window they share the first one's commit. Without one,
+    an append that arrives alone is committed alone, as the ack latency wants."""
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path, commit_window=0.5) as store:
+            before = store.commits
+            written = []
+            for i in range(5):
+                written.append(store.append_future("doc", bytes([i])))
+                await asyncio.sleep(0)  # one turn of the loop between them, not a wait on time
+            assert await asyncio.gather(*written) == [1, 2, 3, 4, 5]
+            assert store.commits == before + 1
+        async with SQLiteStore(db_path) as store:
+            assert await store.load("doc") == [bytes([i]) for i in range(5)]
+            before = store.commits
+            for i in range(3):
+                await store.append("doc", b"x")
+            assert store.commits == before + 3
+
+
+@pytest.mark.anyio
 async def test_updated_at_is_exact_although_rows_are_touched_at_most_once_a_second(
     db_path, monkeypatch
 ):
