@@ -295,7 +295,7 @@ async def test_a_commit_window_lets_writes_that_come_within_it_share_one_commit(
         async with SQLiteStore(db_path) as store:
             assert await store.load("doc") == [bytes([i]) for i in range(5)]
             before = store.commits
-            for i in range(3):
+            for _ in range(3):
                 await store.append("doc", b"x")
             assert store.commits == before + 3
 
