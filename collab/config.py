@@ -117,6 +117,9 @@ class Settings:
     # The Y.XmlFragment a rich document keeps its tree in (Tiptap's and y-prosemirror's field);
     # REST, webhooks, versions and direct reads read it, else the plain Y.Text "content".
     rich_fragment: str = "default"
+    # A Markdown body (PUT text/markdown) is parsed and written as a tree in a worker thread at
+    # ~5 µs and ~300 bytes of memory per byte of Markdown: bounded well below --max-frame-bytes.
+    max_markdown_bytes: int = 512 * 1024
     # Keys one map may hold, and root types one document: yrs rehashes each table whole as it
     # doubles, a pause of the loop that grows with it (collab.updates.guard).
     max_map_keys: int = 1 << 18
@@ -263,6 +266,8 @@ class Settings:
             raise ValueError("compact_threshold must be >= 1 and compact_log_ratio >= 0")
         if not 1 <= self.max_nesting_depth <= 10_000:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
+        if self.max_markdown_bytes < 1:
+            raise ValueError("max_markdown_bytes must be >= 1")
         if not self.rich_fragment or len(self.rich_fragment) > 256:
             raise ValueError("rich_fragment must be a root type name of 1 to 256 characters")
         if min(self.max_map_keys, self.max_root_types, self.max_clients_per_document) < 1:
@@ -323,6 +328,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 # a binary unit (16MiB, 64KiB: collab.sizes); in Settings it stays a number in its unit.
 SIZES: dict[str, str] = {
     "max_frame_bytes": "B",
+    "max_markdown_bytes": "B",
     "max_outgoing_message_bytes": "B",
     "initial_sync_piece_bytes": "B",
     "max_queued_bytes_before_auth": "B",

@@ -185,6 +185,11 @@ GROUPS: tuple[Group, ...] = (
                 "largest message accepted from a client (WebSocket, REST or HTTP fallback)",
             ),
             (
+                "max_markdown_bytes",
+                "SIZE",
+                "largest Markdown body a REST PUT imports into a rich document",
+            ),
+            (
                 "max_outgoing_message_bytes",
                 "SIZE",
                 "largest message the server sends: bigger documents and updates are split to"

@@ -32,6 +32,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         data,
         unload_grace=0.2,
         max_frame_bytes=256 * 1024,
+        max_markdown_bytes=128 * 1024,
         max_versions_per_document=3,
         max_version_bytes_per_document=64 * 1024,
     ) as running:
@@ -540,3 +541,7 @@ async def test_markdown_and_plain_text_are_imported_as_one_change_editors_follow
         "PUT", "/api/documents/plain-import", content=b"\xff\xfe", headers=plain
     )
     assert bad.status_code == 400 and "UTF-8" in bad.json()["error"]
+    # Markdown is parsed and written in a thread at ~300 bytes of memory per byte: bounded.
+    long = b"- item\n" * (200 * 1024 // 7 + 1)
+    big = await api.request("PUT", "/api/documents/md-big", content=long, headers=markdown)
+    assert big.status_code == 413 and "max_markdown_bytes" in big.json()["error"]

@@ -172,6 +172,13 @@ class DocumentsApi:
         if not body and kind == "application/octet-stream":
             return _error(400, "empty body: expected a Yjs update")
         written_text = ""
+        if kind == "text/markdown" and len(body) > ctx.settings.max_markdown_bytes:
+            ctx.metrics.limit_refusals.labels("max_markdown_bytes").inc()
+            return _error(
+                413,
+                f"Markdown over {ctx.settings.max_markdown_bytes} bytes (max_markdown_bytes);"
+                " import a Yjs update instead",
+            )
         if kind != "application/octet-stream":
             try:
                 written_text = body.decode("utf-8")
