@@ -1,0 +1,149 @@
+"""Relative positions made by the real Yjs and y-prosemirror, resolved by the server to the
+same place Yjs resolves them to, over text written concurrently by three clients (accents,
+emoji, a bold range, deletions, a paste inside another client's run)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+from typing import Any
+
+import pytest
+from pycrdt import Doc, XmlFragment
+
+from tether.ai.errors import BadRequest
+from tether.ai.text.positions import utf16_to_index as _utf16_to_index
+from tether.ai.text.relative import Place, locate
+from tether.ai.text.rich_view import RichReader
+from tether.collab.updates.guard import UpdateGuard
+from tether.protocol.relative_position import RelativePosition, decode_relative_position
+from tether.protocol.update_scan import scan_update
+
+from ..jsclient import TESTS_DIR, require_node
+
+
+def _text(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+RICH = [
+    {"type": "heading", "attrs": {"level": 1}, "content": [{"type": "text", "text": "Café plans"}]},
+    {
+        "type": "paragraph",
+        "content": [
+            {"type": "text", "text": "We meet at "},
+            {"type": "text", "marks": [{"type": "bold"}], "text": "naïve 😀 noon"},
+            {"type": "text", "text": " on Friday."},
+            {"type": "hardBreak"},
+            {"type": "text", "text": "Then lunch."},
+        ],
+    },
+    {"type": "paragraph"},
+    {
+        "type": "bulletList",
+        "content": [
+            {
+                "type": "listItem",
+                "content": [
+                    {"type": "paragraph", "content": [{"type": "text", "text": "first ✓"}]},
+                    {
+                        "type": "orderedList",
+                        "content": [
+                            {
+                                "type": "listItem",
+                                "content": [{"type": "paragraph", "content": [_text("inner")]}],
+                            }
+                        ],
+                    },
+                ],
+            }
+        ],
+    },
+    {"type": "codeBlock", "attrs": {"language": "py"}, "content": [_text("x = '日本'")]},
+]
+
+
+@pytest.fixture(scope="module")
+def positions() -> dict[str, Any]:
+    require_node()
+    node = shutil.which("node")
+    assert node is not None
+    result = subprocess.run(
+        [node, "js/relative_positions.mjs"],
+        cwd=TESTS_DIR,
+        input=json.dumps({"type": "doc", "content": RICH}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return dict(json.loads(result.stdout))
+
+
+def _loaded(update: bytes) -> tuple[Doc, UpdateGuard]:
+    doc = Doc()
+    doc.apply_update(update)
+    guard = UpdateGuard(128)
+    scan = scan_update(update)
+    guard.admit(scan, guard.check(scan))
+    return doc, guard
+
+
+def test_every_tiptap_cursor_resolves_where_yjs_puts_it(positions: dict[str, Any]) -> None:
+    doc, guard = _loaded(base64.b64decode(positions["update"]))
+    cases = positions["cases"]
+    assert len(cases) > 60
+    non_ascii = 0
+    for case in cases:
+        position = decode_relative_position(base64.b64decode(case["anchor"]))
+        place = locate(doc, position, guard, "default", "content")
+        path = tuple(case["path"])
+        if case["text"] is None:  # an empty paragraph: the element itself
+            assert place == Place("default", path, 0, holds_text=False), case
+            continue
+        expected = _utf16_to_index(case["text"], case["index"])
+        assert place == Place("default", path, expected), case
+        non_ascii += not case["text"][:expected].isascii()
+    assert non_ascii > 10  # the slow path (accents and emoji before the cursor) was exercised
+
+
+def test_every_plain_index_and_assoc_resolves_where_yjs_puts_it(positions: dict[str, Any]) -> None:
+    doc, guard = _loaded(base64.b64decode(positions["update"]))
+    text = positions["plain"]
+    assert not text.isascii()
+    for case in positions["plainCases"]:
+        position = decode_relative_position(base64.b64decode(case["anchor"]))
+        place = locate(doc, position, guard, "default", "content")
+        assert place == Place("content", (), _utf16_to_index(text, case["index"])), case
+
+
+def test_places_are_slots_of_the_view(positions: dict[str, Any]) -> None:
+    doc, _guard = _loaded(base64.b64decode(positions["update"]))
+
+    fragment = doc.get("default", type=XmlFragment)
+    with doc.transaction() as txn:
+        view = RichReader().read(fragment.integrated, txn._txn)
+    assert view.text.startswith("# Cfümlaut 😀 é plans tail ✓\n\nWe meet at naïve 😀 noon")
+    assert "\n- first ✓\n  1. inner" in view.text
+    assert view.text.endswith("```py\nxñ😀x = '日本'\n```")
+    for case in positions["cases"]:
+        slot = view.slot_of(tuple(case["path"]))
+        assert slot is not None, case
+        if case["text"] is not None:
+            assert slot.text == case["text"]
+
+
+def test_positions_that_are_not_in_text_are_refused(positions: dict[str, Any]) -> None:
+    doc, guard = _loaded(base64.b64decode(positions["update"]))
+    refused = [
+        RelativePosition(item=(12345, 0)),  # a client the document never had
+        RelativePosition(tname="default"),  # the fragment's end: between blocks
+        RelativePosition(tname="nothing"),
+    ]
+    for position in refused:
+        with pytest.raises(BadRequest):
+            locate(doc, position, guard, "default", "content")
+    with pytest.raises(Exception, match="relative position"):
+        decode_relative_position(b"\x07\x01\x02")
