@@ -14,8 +14,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from pycrdt import Text
-
 from tether.protocol.ai import (
     Accept,
     Cancel,
@@ -86,7 +84,8 @@ class AiEngine:
     # ---- hooks ------------------------------------------------------------------------------
 
     async def on_load(self, room: Room) -> None:
-        self.flights.room_state(room).seen_text = str(room.doc.get(TEXT_NAME, type=Text))
+        state = self.flights.room_state(room)
+        state.seen_text = state.document.read(room.doc).text
 
     async def on_stateless(self, room: Room, peer: Peer, payload: str) -> None:
         try:
@@ -122,6 +121,7 @@ class AiEngine:
         if state is None:
             return
         state.regions.mark_dirty()
+        state.document.mark_dirty()
         self.flights.check_soon(room, state)
         peer_id = getattr(origin, "peer_id", None)
         if peer_id is not None and self.settings.prefetch_seconds > 0 and origin.writable:  # type: ignore[attr-defined]

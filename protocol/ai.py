@@ -31,6 +31,8 @@ END_REASONS = ("done", "cancelled", "superseded", *(JUNK_PREFIX + k for k in JUN
 SOURCES = ("model", "exact", "typeahead", "semantic", "prefetch")  # suggestion.start
 MAX_ID_LENGTH = 128
 MAX_TOKENS_LIMIT = 1024
+MAX_PATH_DEPTH = 256  # the nesting a rich document may have is far less (the guard allows 128)
+MAX_POSITION = (1 << 31) - 1
 # ai.status states: loading the model (or restarting it after a crash), serving, given up
 # (a crash loop, a failed self-test: the reason says which), and switched off by configuration.
 AI_STATES = ("starting", "ready", "degraded", "off")
@@ -51,8 +53,12 @@ class Suggest:
     pos: int | None = None
     start: int | None = None  # "from" on the wire (a Python keyword)
     end: int | None = None  # "to" on the wire
-    anchor: str | None = None
+    anchor: str | None = None  # the cursor, or a rewrite's selection start
     max_tokens: int | None = None
+    anchor_end: str | None = None  # a rewrite's selection end, with ``anchor``
+    # On a rich document, the text ``pos``/``from``/``to`` count in: child indexes from the
+    # fragment to a Y.XmlText (or an empty paragraph).
+    path: tuple[int, ...] | None = None
 
     def encode(self) -> str:
         body: dict[str, Any] = {"type": "suggest", "id": self.id, "kind": self.kind}
@@ -61,6 +67,8 @@ class Suggest:
             "from": self.start,
             "to": self.end,
             "anchor": self.anchor,
+            "anchor_end": self.anchor_end,
+            "path": list(self.path) if self.path is not None else None,
             "max_tokens": self.max_tokens,
         }
         body.update({k: v for k, v in optional.items() if v is not None})
@@ -223,6 +231,24 @@ def _decode_suggest(body: dict[str, Any], request_id: str) -> Suggest:
     anchor = body.get("anchor")
     if anchor is not None and not _is_base64(anchor):
         raise InvalidAiMessage("'anchor' must be a non-empty base64 string", request_id)
+    anchor_end = body.get("anchor_end")
+    if anchor_end is not None and not _is_base64(anchor_end):
+        raise InvalidAiMessage("'anchor_end' must be a non-empty base64 string", request_id)
+    path = body.get("path")
+    if path is not None:
+        if (
+            not isinstance(path, list)
+            or not 0 < len(path) <= MAX_PATH_DEPTH
+            or not all(_is_int(step) and 0 <= step <= MAX_POSITION for step in path)
+        ):
+            raise InvalidAiMessage(
+                f"'path' must be a list of 1 to {MAX_PATH_DEPTH} child indexes", request_id
+            )
+        if anchor is not None:
+            raise InvalidAiMessage(
+                "send 'path' with 'pos' (or 'from'/'to'), not 'anchor'", request_id
+            )
+        path = tuple(path)
     max_tokens = body.get("max_tokens")
     if max_tokens is not None and (
         not _is_int(max_tokens) or not 0 < max_tokens <= MAX_TOKENS_LIMIT
@@ -233,9 +259,17 @@ def _decode_suggest(body: dict[str, Any], request_id: str) -> Suggest:
     if kind == "complete" and pos is None and anchor is None:
         raise InvalidAiMessage("'complete' needs 'pos' or 'anchor'", request_id)
     if kind == "rewrite":
-        if start is None or end is None or end < start:
-            raise InvalidAiMessage("'rewrite' needs 'from' <= 'to'", request_id)
-    return Suggest(request_id, kind, pos, start, end, anchor, max_tokens)
+        if anchor is not None or anchor_end is not None:
+            # The selection as two relative positions (rich documents need them).
+            if anchor is None or anchor_end is None:
+                raise InvalidAiMessage("'rewrite' needs both 'anchor' and 'anchor_end'", request_id)
+        elif start is None or end is None or end < start:
+            raise InvalidAiMessage(
+                "'rewrite' needs 'from' <= 'to', or 'anchor' and 'anchor_end'", request_id
+            )
+    elif anchor_end is not None:
+        raise InvalidAiMessage("'anchor_end' is for 'rewrite'", request_id)
+    return Suggest(request_id, kind, pos, start, end, anchor, max_tokens, anchor_end, path)
 
 
 def _optional_position(body: dict[str, Any], key: str, request_id: str) -> int | None:

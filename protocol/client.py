@@ -19,13 +19,14 @@ opens (a proxy that kills long-lived connections), and trying the socket again e
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Literal, Self
 
 from pycrdt import Doc, Text, TransactionEvent
@@ -97,6 +98,12 @@ class SuggestionFailedError(Exception):
         self.code = code
 
 
+def _base64(position: bytes | str | None) -> str | None:
+    if isinstance(position, bytes):
+        return base64.b64encode(position).decode("ascii")
+    return position
+
+
 class DocumentHandle:
     """One open document: its pycrdt Doc, edit helpers, and waits on sync/ack/text."""
 
@@ -139,6 +146,21 @@ class DocumentHandle:
     def __str__(self) -> str:
         return str(self.text)
 
+    def read(
+        self, format: Literal["text", "markdown", "html"] = "text", *, fragment: str = "default"
+    ) -> str:
+        """The document's content whichever kind it is: its rich tree (the ``Y.XmlFragment``
+        ``fragment``, as Tiptap writes it) when that holds anything, else the plain text;
+        ``format`` as REST's ``?format=``."""
+        from tether.collab.content.reading import read_content  # rendering only, no I/O
+
+        content = read_content(self.doc, fragment)
+        if format == "markdown":
+            return content.markdown()
+        if format == "html":
+            return content.html()
+        return content.text()
+
     # ---- edits (indexes in Python code points; pycrdt counts UTF-8 bytes) ----------------------
 
     def insert(self, index: int, value: str) -> None:
@@ -171,22 +193,42 @@ class DocumentHandle:
         end: int | None = None,
         max_tokens: int | None = None,
         timeout: float = 60.0,
+        anchor: bytes | str | None = None,
+        anchor_end: bytes | str | None = None,
+        path: Sequence[int] | None = None,
     ) -> AsyncIterator[ServerAiMessage]:
         """Ask for a suggestion and yield the server's messages for it as they stream
         (``suggestion.start``, ``suggestion.delta``..., then ``suggestion.end``); a
         ``suggestion.error`` raises SuggestionFailedError. ``pos`` (UTF-16 units, as the wire
         counts) defaults to the end of the text; ``kind="rewrite"`` takes ``start``/``end``.
         The end's ``reason`` says why it ended; ``end.junk`` names the kind when the server's
-        junk filter dropped the suggestion (reason ``junk:<kind>``; logged at info)."""
-        if pos is None and kind == "complete":
+        junk filter dropped the suggestion (reason ``junk:<kind>``; logged at info).
+
+        On a rich-text document (a Tiptap/ProseMirror tree) the cursor is either ``anchor``, a
+        Yjs relative position (bytes or base64, as ``Y.encodeRelativePosition`` or
+        y-prosemirror's ``absolutePositionToRelativePosition`` make it; a rewrite's selection
+        is ``anchor`` and ``anchor_end``), or ``pos`` (``start``/``end``) counted in the text at
+        ``path``, the child indexes from the fragment to a ``Y.XmlText``."""
+        if pos is None and kind == "complete" and anchor is None:
+            if path is not None:
+                raise ValueError("'path' needs 'pos'")
             pos = len(str(self.text).encode("utf-16-le")) // 2
         request_id = f"py-{next(_request_ids)}"
         answers: asyncio.Queue[ServerAiMessage] = asyncio.Queue()
         self._suggestions[request_id] = answers
         try:
-            self.send_stateless(
-                Suggest(request_id, kind, pos, start, end, max_tokens=max_tokens).encode()
+            request = Suggest(
+                request_id,
+                kind,
+                pos,
+                start,
+                end,
+                _base64(anchor),
+                max_tokens,
+                _base64(anchor_end),
+                tuple(path) if path is not None else None,
             )
+            self.send_stateless(request.encode())
             async with asyncio.timeout(timeout):
                 while True:
                     message = await answers.get()

@@ -475,3 +475,22 @@ class JsEditor:
         stderr = self.stderr.strip()
         lines.append("stderr:" + ("\n" + stderr[-4000:] if stderr else " (empty)"))
         return "\n".join(lines)
+
+
+def yjs_anchors(update: bytes, at: list[tuple[list[int], int, int]]) -> list[str]:
+    """Relative positions (base64) the real Yjs makes at places of a document's fragment
+    ``default``: (path of child indexes to a ``Y.XmlText``, UTF-16 index, assoc) each
+    (``tests/js/relative_positions.mjs --at``)."""
+    require_node()
+    node = shutil.which("node")
+    assert node is not None
+    result = subprocess.run(
+        [node, "js/relative_positions.mjs", "--at"],
+        cwd=TESTS_DIR,
+        input=json.dumps({"update": base64.b64encode(update).decode(), "at": at}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return list(json.loads(result.stdout))

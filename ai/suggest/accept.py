@@ -7,14 +7,16 @@ Knows nothing of frames: replies go through ``peer.send_stateless``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
-from pycrdt import Doc, Text
+from pycrdt import Doc, Text, XmlElement, XmlFragment, XmlText
 
 from tether.protocol.ai import SuggestionAccepted
 
 from ..errors import AiError, BadRequest, Forbidden
 from ..text.positions import index_to_utf8
+from ..text.rich_view import Slot
 from .records import TEXT_NAME
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ class Acceptor:
         # A rebuild, or a big update applied in slices, holds the room for a moment: the text
         # is read once whole.
         await room.reloaded()
-        current = str(room.doc.get(TEXT_NAME, type=Text))
+        reading = self.flights.room_state(room).document.read(room.doc)
+        current = reading.text
         where = suggestion.anchor.resolve(current)
         if where is None:
             raise BadRequest("the text around the suggestion changed; ask again")
@@ -73,16 +76,26 @@ class Acceptor:
                 raise BadRequest("the suggestion has been typed in full already")
         if room.reloading:
             raise BadRequest("the document is being reloaded; ask again")
+        passage = suggestion.passage
+        if reading.view is None:
+            change = partial(_apply, insert=insert, passage=passage, current=current, where=where)
+        else:
+            located = reading.view.slot_at(where)
+            if located is None or located[1] + len(passage or "") > len(located[0].text):
+                raise BadRequest("the text around the suggestion changed; ask again")
+            slot, offset = located
+            root = room.settings.rich_fragment
+            change = partial(
+                _apply_rich, root=root, slot=slot, offset=offset, insert=insert, passage=passage
+            )
         self.flights.by_peer.get(peer.peer_id, {}).pop(request_id, None)
-        written = room.edit(
-            lambda doc: _apply(doc, insert, suggestion.passage, current, where), origin=AI_ORIGIN
-        )
+        written = room.edit(change, origin=AI_ORIGIN)
         await written
         self.flights.metrics.accepts.inc()
         peer.send_stateless(SuggestionAccepted(request_id).encode())
 
 
-def _apply(doc: Doc, insert: str, passage: str | None, current: str, where: int) -> None:
+def _apply(doc: Doc, *, insert: str, passage: str | None, current: str, where: int) -> None:
     """Insert ``insert`` at ``where`` (replacing ``passage`` there, for a rewrite); pycrdt
     counts UTF-8 bytes."""
     text = doc.get(TEXT_NAME, type=Text)
@@ -91,3 +104,48 @@ def _apply(doc: Doc, insert: str, passage: str | None, current: str, where: int)
         end = index_to_utf8(current, where + len(passage))
         del text[start:end]
     text.insert(start, insert)
+
+
+# Marks that do not grow when text is typed at their edge (ProseMirror's ``inclusive: false``:
+# Tiptap's link), so an accepted suggestion after a link is not part of it.
+NOT_INCLUSIVE = frozenset({"link"})
+
+
+def _apply_rich(
+    doc: Doc, *, root: str, slot: Slot, offset: int, insert: str, passage: str | None
+) -> None:
+    """Insert ``insert`` at code point ``offset`` of the slot's ``Y.XmlText`` (replacing
+    ``passage`` there, for a rewrite), carrying the marks typing there would carry: those of
+    the character before (of the first replaced one, for a rewrite; of the first one, at the
+    very start). An empty textblock gets a text of its own."""
+    node: Any = doc.get(root, type=XmlFragment)
+    for index in slot.path:
+        children = node.children
+        if isinstance(node, XmlText) or index >= len(children):
+            raise BadRequest("the text around the suggestion changed; ask again")
+        node = children[index]
+    if not slot.holds_text:
+        if not isinstance(node, XmlElement) or len(node.children) != 0:
+            raise BadRequest("the text around the suggestion changed; ask again")
+        node.children.append(XmlText()).insert(0, insert)
+        return
+    if not isinstance(node, XmlText):
+        raise BadRequest("the text around the suggestion changed; ask again")
+    runs = [(text, attrs or {}) for text, attrs in node.diff() if isinstance(text, str)]
+    current = "".join(text for text, _attrs in runs)
+    if current != slot.text:
+        raise BadRequest("the text around the suggestion changed; ask again")
+    marks = _marks_at(runs, offset - 1 if offset > 0 and not passage else offset)
+    start = len(current[:offset].encode("utf-8"))  # pycrdt counts UTF-8 bytes
+    if passage:
+        del node[start : start + len(passage.encode("utf-8"))]
+    node.insert(start, insert, marks)
+
+
+def _marks_at(runs: list[tuple[str, dict[str, Any]]], index: int) -> dict[str, Any]:
+    """The marks of the character at code point ``index`` (none past the end)."""
+    for text, attrs in runs:
+        if index < len(text):
+            return {name: value for name, value in attrs.items() if name not in NOT_INCLUSIVE}
+        index -= len(text)
+    return {}

@@ -15,8 +15,6 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from pycrdt import Text
-
 from tether.collab.auth.tokens import OPEN_GRANT
 from tether.protocol.ai import (
     JUNK_PREFIX,
@@ -31,9 +29,10 @@ from ..errors import AiError, BadRequest, ModelUnavailable
 from ..metrics import AiMetrics
 from ..model.providers.base import GenerationRequest, Provider
 from ..text.regions import RegionIndex
+from .document_text import DocumentText
 from .generation import run_generation, screening, shaping
 from .prefetch import DutyCycle
-from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
+from .records import MODEL, Flight, RoomState, Suggestion
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
@@ -98,7 +97,9 @@ class Flights:
     def room_state(self, room: Room) -> RoomState:
         state = self.rooms.get(room.name)
         if state is None:
-            state = self.rooms[room.name] = RoomState(RegionIndex(self._count_tokens))
+            state = self.rooms[room.name] = RoomState(
+                RegionIndex(self._count_tokens), DocumentText(room.settings.rich_fragment)
+            )
         return state
 
     # ---- keys -------------------------------------------------------------------------------
@@ -361,7 +362,7 @@ class Flights:
         state.check_scheduled = False
         if not state.flights:
             return
-        text = str(room.doc.get(TEXT_NAME, type=Text))
+        text = state.document.read(room.doc).text
         for flight in list(state.flights):
             if flight.finished or flight.prompt.kind != "complete":
                 continue

@@ -12,15 +12,13 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pycrdt import Text
-
 from ..cache.suggestions import exact_key
 from ..errors import Busy
 from ..text.anchors import TextAnchor
 from ..text.context import ContextBuilder, ContextMemo
 from .flights import session_of
 from .prefetch import Pause, cursor_after_typing
-from .records import TEXT_NAME, Flight, RoomState
+from .records import Flight, RoomState
 from .refresher import Refresher
 from .scheduler import PREFETCH
 
@@ -101,7 +99,7 @@ class Prefetcher:
             # suggestions off never do, and computing theirs would only take the model from
             # (and evict the warm state of) those who do.
             return
-        text = str(room.doc.get(TEXT_NAME, type=Text))
+        text = state.document.read(room.doc).text
         before, state.seen_text = state.seen_text, text
         found = cursor_after_typing(
             state.cursors.get(peer.peer_id), state.pauses.get(peer.peer_id), before, text

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ..text.context import BuiltPrompt, ContextMemo
     from ..text.junk import JunkScreen
     from ..text.regions import RegionIndex
+    from .document_text import DocumentText
     from .prefetch import Pause
 
 TEXT_NAME = "content"
@@ -85,6 +86,7 @@ class Suggestion:
 @dataclass
 class RoomState:
     regions: RegionIndex
+    document: DocumentText  # what the AI reads of it, rich or plain
     flights: set[Flight] = field(default_factory=set)  # unfinished ones
     memos: dict[int, ContextMemo] = field(default_factory=dict)  # per editor (peer id)
     pauses: dict[int, Pause] = field(default_factory=dict)  # per editor: typing debounce

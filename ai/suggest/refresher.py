@@ -17,13 +17,11 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from pycrdt import Text
-
 from ..errors import AiError
 from ..model.providers.base import Cancellation, GenerationRequest
 from ..text.context import ContextBuilder, ContextMemo
 from .flights import owner_of, session_of, subject_of
-from .records import TEXT_NAME, RoomState
+from .records import RoomState
 from .scheduler import PREFETCH
 
 if TYPE_CHECKING:
@@ -92,7 +90,7 @@ class Refresher:
             return False
         if not flights.scheduler.idle or not flights.budget.allows(loop.time()):
             return False
-        text = str(room.doc.get(TEXT_NAME, type=Text))
+        text = state.document.read(room.doc).text
         anchor = known[0]
         where = anchor.resolve(text)
         if where is None:

@@ -14,15 +14,18 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from pycrdt import StickyIndex, Text
-
 from tether.protocol.ai import Suggest, SuggestionEnd, SuggestionStart
+from tether.protocol.errors import DecodeError
+from tether.protocol.relative_position import decode_relative_position
 
 from ..cache.suggestions import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
 from ..errors import AiError, BadRequest, ModelUnavailable
 from ..text.anchors import TextAnchor
 from ..text.context import ContextBuilder, ContextMemo
 from ..text.positions import utf16_to_index
+from ..text.relative import Place, locate
+from ..text.rich_view import Slot
+from .document_text import Reading
 from .flights import session_of
 from .generation import rescreen
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
@@ -44,21 +47,21 @@ class RequestServer:
 
     def start(self, room: Room, peer: Peer, request: Suggest) -> None:
         flights = self.flights
-        text_type = room.doc.get(TEXT_NAME, type=Text)
-        text = str(text_type)
         state = flights.room_state(room)
+        reading = state.document.read(room.doc)
+        text = reading.text
         state.seen_text = text  # prefetch's next diff starts from what this request saw
         passage: str | None = None
         epoch = 0
         if request.kind == "rewrite":
-            assert request.start is not None and request.end is not None
-            begin = utf16_to_index(text, request.start)
-            finish = utf16_to_index(text, request.end)
+            begin, finish = _selection(room, state, reading, request)
+            text = state.document.read(room.doc).text  # the same unless it was read afresh
             prompt = self.builder.rewrite(text, begin, finish)
             anchor = TextAnchor.at(text, begin)
             passage = text[begin:finish]
         else:
-            cursor = _cursor(text_type, text, request)
+            cursor = _cursor(room, state, reading, request)
+            text = state.document.read(room.doc).text
             memo = state.memos.setdefault(peer.peer_id, ContextMemo())
             # With prefetch on, the context is refreshed when the editor pauses, where the
             # model's re-evaluation costs no one a wait; a request only uses it.
@@ -256,19 +259,86 @@ def _in_flight(state: RoomState, suggestion: Suggestion) -> tuple[Flight, int, s
     return None
 
 
-def _cursor(text_type: Text, text: str, request: Suggest) -> int:
+_RICH_NEEDS_ANCHORS = (
+    "this is a rich-text document: send 'anchor' (a Yjs relative position in one of its"
+    " Y.XmlText), not 'pos'"
+)
+
+
+def _cursor(room: Room, state: RoomState, reading: Reading, request: Suggest) -> int:
+    """The cursor's index in the document's text (the rich view's, for a rich document)."""
     if request.anchor is None:
         assert request.pos is not None
-        return utf16_to_index(text, request.pos)
-    # A client's Yjs relative position, resolved by pycrdt (UTF-16 units). pycrdt 0.14 can
-    # panic (a BaseException) or mix units on some inputs (y-crdt/pycrdt#382): contain it.
+        if request.path is not None:
+            slot = _slot_at_path(room, state, reading, request.path)
+            return slot.start + utf16_to_index(slot.text, request.pos)
+        if reading.rich:
+            raise BadRequest(_RICH_NEEDS_ANCHORS)
+        return utf16_to_index(reading.text, request.pos)
+    return _view_index(room, state, reading, _place(room, request.anchor))
+
+
+def _slot_at_path(room: Room, state: RoomState, reading: Reading, path: tuple[int, ...]) -> Slot:
+    """The text at ``path`` (child indexes from the fragment) of a rich document."""
+    if reading.view is None:
+        raise BadRequest("'path' is for rich-text documents; this one is plain text")
+    slot = reading.view.slot_of(path)
+    if slot is None:
+        raise BadRequest(
+            f"no text at path {list(path)} (a path ends at a Y.XmlText or an empty paragraph)"
+        )
+    return slot
+
+
+def _selection(room: Room, state: RoomState, reading: Reading, request: Suggest) -> tuple[int, int]:
+    """A rewrite's selection as (begin, end) indexes in the document's text; on a rich
+    document it must lie within one text (a paragraph, a heading, a list item's line)."""
+    if request.anchor is None:
+        assert request.start is not None and request.end is not None
+        if request.path is not None:
+            slot = _slot_at_path(room, state, reading, request.path)
+            begin = utf16_to_index(slot.text, request.start)
+            return slot.start + begin, slot.start + utf16_to_index(slot.text, request.end)
+        if reading.rich:
+            raise BadRequest(_RICH_NEEDS_ANCHORS.replace("'anchor'", "'anchor' and 'anchor_end'"))
+        return utf16_to_index(reading.text, request.start), utf16_to_index(
+            reading.text, request.end
+        )
+    assert request.anchor_end is not None
+    start, end = _place(room, request.anchor), _place(room, request.anchor_end)
+    if (start.root, start.path) != (end.root, end.path):
+        raise BadRequest(
+            "a rewrite's selection must lie within one block (a paragraph, a heading or a list"
+            " item's line); select less"
+        )
+    if end.offset < start.offset:
+        start, end = end, start
+    begin = _view_index(room, state, reading, start)
+    return begin, begin + end.offset - start.offset
+
+
+def _place(room: Room, encoded: str) -> Place:
+    """A client's base64 Yjs relative position, resolved against the live document."""
     try:
-        raw = base64.b64decode(request.anchor, validate=True)
-        units = StickyIndex.decode(raw, text_type).get_index()
-    except binascii.Error as exc:
-        raise BadRequest("'anchor' is not base64") from exc
-    except BaseException as exc:
-        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
-            raise
-        raise BadRequest("'anchor' is not a Yjs relative position in this document") from exc
-    return utf16_to_index(text, units)
+        position = decode_relative_position(base64.b64decode(encoded, validate=True))
+    except (binascii.Error, DecodeError) as exc:
+        raise BadRequest(f"'anchor' is not a Yjs relative position: {exc}") from exc
+    return locate(room.doc, position, room.guard, room.settings.rich_fragment, TEXT_NAME)
+
+
+def _view_index(room: Room, state: RoomState, reading: Reading, place: Place) -> int:
+    if not reading.rich:
+        if place.root != TEXT_NAME:
+            raise BadRequest("the anchor is not in this document's text ('content')")
+        return place.offset
+    if place.root == TEXT_NAME:
+        raise BadRequest("the anchor is in 'content', but this document is rich text")
+    slot = reading.view.slot_of(place.path) if reading.view is not None else None
+    if slot is None or place.offset > len(slot.text):
+        # A block rendered from another with the same serialisation (``ai.text.rich_view``):
+        # read every block afresh once.
+        fresh = state.document.read(room.doc, fresh=True)
+        slot = fresh.view.slot_of(place.path) if fresh.view is not None else None
+        if slot is None or place.offset > len(slot.text):
+            raise BadRequest("the anchor's text changed; ask again")
+    return slot.start + place.offset

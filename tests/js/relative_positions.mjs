@@ -1,6 +1,9 @@
 // Relative positions as the editors users run make them, with where Yjs itself resolves each,
 // for the server's resolver to be checked against.
 //   node relative_positions.mjs < prosemirror.json
+//   node relative_positions.mjs --at < {"update": base64, "at": [[path, utf16 index, assoc]...]}
+//     prints the anchors (base64) Y.createRelativePositionFromTypeIndex makes at each place of
+//     the fragment "default" (path: child indexes to a Y.XmlText or an element)
 // Builds a Tiptap (StarterKit) document with y-prosemirror, then has two more clients edit it
 // concurrently (accents, emoji, a bold range, deletions, a paste inside a run), and the plain
 // Y.Text "content" the same way. Prints JSON: the update (base64) and, for every cursor
@@ -16,6 +19,19 @@ import {
 
 const chunks = []
 for await (const chunk of process.stdin) chunks.push(chunk)
+if (process.argv[2] === '--at') {
+  const { update, at } = JSON.parse(Buffer.concat(chunks).toString('utf8'))
+  const ydoc = new Y.Doc()
+  Y.applyUpdate(ydoc, Buffer.from(update, 'base64'))
+  const anchors = at.map(([path, index, assoc]) => {
+    let type = ydoc.getXmlFragment('default')
+    for (const step of path) type = type.get(step)
+    const rel = Y.createRelativePositionFromTypeIndex(type, index, assoc)
+    return Buffer.from(Y.encodeRelativePosition(rel)).toString('base64')
+  })
+  process.stdout.write(JSON.stringify(anchors))
+  process.exit(0)
+}
 const schema = getSchema([StarterKit])
 const base = prosemirrorJSONToYDoc(schema, JSON.parse(Buffer.concat(chunks).toString('utf8')), 'default')
 

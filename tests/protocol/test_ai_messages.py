@@ -127,15 +127,45 @@ def test_server_messages_round_trip(message):
     st.none() | uint,
     st.none() | anchors,
     st.none() | st.integers(1, ai.MAX_TOKENS_LIMIT),
+    st.none() | st.lists(st.integers(0, ai.MAX_POSITION), min_size=1, max_size=8),
 )
-def test_every_valid_suggest_round_trips(request_id, kind, pos, a, b, anchor, max_tokens):
+def test_every_valid_suggest_round_trips(request_id, kind, pos, a, b, anchor, max_tokens, path):
     start, end = (None, None) if a is None or b is None else sorted((a, b))
     if kind == "complete" and pos is None and anchor is None:
         pos = 0
     if kind == "rewrite" and start is None:
         start, end = 0, 0
-    message = Suggest(request_id, kind, pos, start, end, anchor, max_tokens)
+    anchor_end = anchor if kind == "rewrite" else None  # a rewrite's selection: both ends
+    if anchor is not None:
+        path = None  # 'path' goes with positions, not anchors
+    message = Suggest(
+        request_id,
+        kind,
+        pos,
+        start,
+        end,
+        anchor,
+        max_tokens,
+        anchor_end,
+        tuple(path) if path is not None else None,
+    )
     assert decode_client_message(message.encode()) == message
+
+
+@pytest.mark.parametrize(
+    ("body", "complaint"),
+    [
+        ({"kind": "rewrite", "anchor": "AA=="}, "both 'anchor' and 'anchor_end'"),
+        ({"kind": "complete", "pos": 1, "anchor_end": "AA=="}, "'anchor_end' is for 'rewrite'"),
+        ({"kind": "complete", "pos": 1, "path": []}, "'path' must be a list"),
+        ({"kind": "complete", "pos": 1, "path": [0, -1]}, "'path' must be a list"),
+        ({"kind": "complete", "pos": 1, "path": "0"}, "'path' must be a list"),
+        ({"kind": "complete", "anchor": "AA==", "path": [0]}, "not 'anchor'"),
+    ],
+)
+def test_rich_cursor_fields_are_checked(body, complaint):
+    with pytest.raises(InvalidAiMessage, match=complaint):
+        decode_client_message(json.dumps({"type": "suggest", "id": "x", **body}))
 
 
 @fast
@@ -249,8 +279,16 @@ def assert_documented(message: ai.ClientAiMessage, body: Any) -> None:
     if message.anchor is not None:
         assert isinstance(message.anchor, str) and message.anchor
         base64.b64decode(message.anchor, validate=True)
+    assert message.anchor_end == body.get("anchor_end")
+    assert message.path == (tuple(body["path"]) if "path" in body else None)
+    if message.path is not None:
+        assert message.anchor is None and 1 <= len(message.path) <= ai.MAX_PATH_DEPTH
+        assert all(type(step) is int and step >= 0 for step in message.path)
     if message.kind == "complete":
         assert message.pos is not None or message.anchor is not None
+        assert message.anchor_end is None
+    elif message.anchor is not None or message.anchor_end is not None:
+        assert message.anchor is not None and message.anchor_end is not None
     else:
         assert message.start is not None and message.end is not None
         assert message.start <= message.end
@@ -297,7 +335,19 @@ FIELD_VALUES = st.one_of(
     anchors,
     ids,
 )
-SUGGEST_KEYS = ["type", "id", "kind", "pos", "from", "to", "anchor", "max_tokens", "extra"]
+SUGGEST_KEYS = [
+    "type",
+    "id",
+    "kind",
+    "pos",
+    "from",
+    "to",
+    "anchor",
+    "anchor_end",
+    "path",
+    "max_tokens",
+    "extra",
+]
 
 
 def mostly(good: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
@@ -318,6 +368,8 @@ near_suggests = st.fixed_dictionaries(
         "from": positions,
         "to": positions,
         "anchor": mostly(anchors),
+        "anchor_end": mostly(anchors),
+        "path": mostly(st.lists(st.integers(-1, 3), max_size=3)),
         "max_tokens": mostly(st.integers(0, ai.MAX_TOKENS_LIMIT + 1)),
         "extra": extras,
     },
@@ -339,17 +391,19 @@ def test_objects_near_the_schema_decode_to_documented_messages_or_are_refused(bo
             "from": uint,
             "to": uint,
             "anchor": anchors,
+            "anchor_end": anchors,
             "max_tokens": st.integers(1, ai.MAX_TOKENS_LIMIT),
             "extra": extras,
         },
     )
 )
 def test_well_formed_suggests_are_accepted_exactly_when_the_rules_say(body):
-    ok = (
-        "pos" in body or "anchor" in body
-        if body["kind"] == "complete"
-        else "from" in body and "to" in body and body["from"] <= body["to"]
-    )
+    if body["kind"] == "complete":
+        ok = ("pos" in body or "anchor" in body) and "anchor_end" not in body
+    elif "anchor" in body or "anchor_end" in body:
+        ok = "anchor" in body and "anchor_end" in body  # a selection of two positions
+    else:
+        ok = "from" in body and "to" in body and body["from"] <= body["to"]
     assert (decode_or_refuse(json.dumps(body)) is not None) == ok
 
 

@@ -204,6 +204,8 @@ def _suggest(a: dict[str, Any]) -> ai.Suggest:
         end=a.pop("to", None),
         anchor=a.pop("anchor", None),
         max_tokens=a.pop("max_tokens", None),
+        anchor_end=a.pop("anchor_end", None),
+        path=tuple(a.pop("path")) if "path" in a else None,
     )
 
 
@@ -421,7 +423,18 @@ def _alternatives(name: str) -> list[str]:
 
 
 _WIRE_FIELDS: dict[str, set[str]] = {
-    "suggest": {"type", "id", "kind", "pos", "from", "to", "anchor", "max_tokens"},
+    "suggest": {
+        "type",
+        "id",
+        "kind",
+        "pos",
+        "from",
+        "to",
+        "anchor",
+        "anchor_end",
+        "path",
+        "max_tokens",
+    },
     "cancel": {"type", "id"},
     "accept": {"type", "id"},
     "status": {"type", "id"},
