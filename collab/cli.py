@@ -37,6 +37,7 @@ _CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 _SHAPES_HELP = "what one adversarial update costs on the receive and load paths, as N grows"
 _ATTACKS_HELP = "the event-loop stall each issue-26 attack causes, checkout against checkout"
+_RICH_AI_HELP = "time to first token on a rich (Tiptap) document vs the same text as plain"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.quality import add_quality_arguments
 
         add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
+        from .bench.rich_ai import add_rich_ai_arguments
+
+        add_rich_ai_arguments(bench_kinds.add_parser("rich-ai", help=_RICH_AI_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -130,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("quality", help=_QUALITY_HELP)
         bench_kinds.add_parser("shapes", help=_SHAPES_HELP)
         bench_kinds.add_parser("attacks", help=_ATTACKS_HELP)
+        bench_kinds.add_parser("rich-ai", help=_RICH_AI_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -172,6 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.storm import run_storm_bench
 
         return run_storm_bench(args)
+    if args.bench == "rich-ai":
+        from .bench.rich_ai import run_rich_ai_bench
+
+        return run_rich_ai_bench(args)
     if args.bench == "bigdoc":
         from .bench.bigdoc import run_bigdoc_bench
 

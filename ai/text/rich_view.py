@@ -46,15 +46,15 @@ class Slot:
 
 
 class View:
-    """The view's text and its slots, in order."""
+    """The view's text, and its slots block by block (a slot is built when asked for: a read
+    makes none, so it costs the same however many texts the document has)."""
 
-    __slots__ = ("_by_path", "_starts", "slots", "text")
+    __slots__ = ("_blocks", "_starts", "text")
 
-    def __init__(self, text: str, slots: tuple[Slot, ...]) -> None:
+    def __init__(self, text: str, blocks: list[_Block], starts: list[int]) -> None:
         self.text = text
-        self.slots = slots
-        self._starts = [slot.start for slot in slots]
-        self._by_path: dict[tuple[int, ...], Slot] | None = None
+        self._blocks = blocks
+        self._starts = starts  # each top-level block's first view index
 
     def slot_at(self, index: int) -> tuple[Slot, int] | None:
         """The slot holding view index ``index`` (its end included: a cursor after its last
@@ -62,13 +62,28 @@ class View:
         at = bisect.bisect_right(self._starts, index) - 1
         if at < 0:
             return None
-        slot = self.slots[at]
-        return (slot, index - slot.start) if index <= slot.end else None
+        start = self._starts[at]
+        for offset, text, path, holds_text in self._blocks[at].slots:
+            if start + offset <= index <= start + offset + len(text):
+                return Slot(start + offset, text, (at, *path), holds_text), index - start - offset
+        return None
 
     def slot_of(self, path: tuple[int, ...]) -> Slot | None:
-        if self._by_path is None:
-            self._by_path = {slot.path: slot for slot in self.slots}
-        return self._by_path.get(path)
+        if not path or not 0 <= path[0] < len(self._blocks):
+            return None
+        at, inner = path[0], path[1:]
+        for offset, text, subpath, holds_text in self._blocks[at].slots:
+            if subpath == inner:
+                return Slot(self._starts[at] + offset, text, path, holds_text)
+        return None
+
+    @property
+    def slots(self) -> list[Slot]:
+        return [
+            Slot(start + offset, text, (at, *path), holds_text)
+            for at, (start, block) in enumerate(zip(self._starts, self._blocks, strict=True))
+            for offset, text, path, holds_text in block.slots
+        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,26 +106,22 @@ class RichReader:
         """``fragment`` and ``txn`` are pycrdt's native objects (``XmlFragment.integrated``,
         ``Transaction._txn``). ``fresh`` renders every block again."""
         known = {} if fresh else self._blocks
-        blocks: dict[str, _Block] = {}
-        parts: list[str] = []
-        slots: list[Slot] = []
+        seen: dict[str, _Block] = {}
+        blocks: list[_Block] = []
+        starts: list[int] = []
         length = 0
-        for index, child in enumerate(fragment.children(txn)):
+        for child in fragment.children(txn):
             key = child.get_string(txn)
-            block = known.get(key) or blocks.get(key)
+            block = known.get(key) or seen.get(key)
             if block is None:
                 block = _render(child, txn)
                 self.rendered += 1
-            blocks[key] = block
-            if parts:
-                parts.append(BLOCK_SEPARATOR)
-                length += len(BLOCK_SEPARATOR)
-            parts.append(block.text)
-            for offset, text, path, holds_text in block.slots:
-                slots.append(Slot(length + offset, text, (index, *path), holds_text))
-            length += len(block.text)
-        self._blocks = blocks
-        return View("".join(parts), tuple(slots))
+            seen[key] = block
+            starts.append(length)
+            blocks.append(block)
+            length += len(block.text) + len(BLOCK_SEPARATOR)
+        self._blocks = seen
+        return View(BLOCK_SEPARATOR.join(block.text for block in blocks), blocks, starts)
 
 
 def text_of(node: Any, txn: Any) -> str | None:

@@ -147,3 +147,25 @@ def test_positions_that_are_not_in_text_are_refused(positions: dict[str, Any]) -
             locate(doc, position, guard, "default", "content")
     with pytest.raises(Exception, match="relative position"):
         decode_relative_position(b"\x07\x01\x02")
+
+
+def test_reading_after_an_edit_renders_only_the_edited_block() -> None:
+    from tether.ai.suggest.document_text import DocumentText
+    from tether.collab.bench.rich_ai import paragraphs, write_rich
+
+    doc = Doc()
+    last = write_rich(doc, paragraphs(0.05))
+    reader = DocumentText("default")
+    first = reader.read(doc)
+    assert first.rich and first.text.startswith("## Part 1\n\nThe ")
+    rendered = reader.reader.rendered
+    for _ in range(3):
+        last.insert(len(last), " more")
+        reader.mark_dirty()
+        again = reader.read(doc)
+        assert again.text.endswith(" more")
+    assert reader.reader.rendered == rendered + 3  # one block each time, not the document
+    assert again.view is not None
+    slot = again.view.slot_of((again.text.count("\n\n"), 0))
+    assert slot is not None and again.text.endswith(slot.text)
+    assert again.view.slot_at(len(again.text)) == (slot, len(slot.text))
