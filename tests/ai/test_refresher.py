@@ -97,7 +97,7 @@ def _setup(scheduler: Scheduler):
     )
     doc = Doc()
     doc[TEXT_NAME] = text = Text(TEXT)
-    room = SimpleNamespace(name="doc", doc=doc)
+    room = SimpleNamespace(name="doc", doc=doc, settings=SimpleNamespace(rich_fragment="default"))
     peer = SimpleNamespace(peer_id=1, outbox=object(), grant=OPEN_GRANT)
     state = flights.room_state(room)
     memo = state.memos[1] = ContextMemo()
