@@ -1,29 +1,19 @@
-// tether's editor page (/d/{name}): CodeMirror 6 bound to the document's Y.Text "content"
-// through y-codemirror.next, over ONE Hocuspocus /ws socket; presence, connection state and
-// AI suggestions (ghost text, rewrites) as Stateless JSON on the same socket.
+// tether's editor page (/d/{name}): the document in a rich-text editor (Tiptap on its
+// Y.XmlFragment "default", rich_editor.js) or a plain one (CodeMirror on its Y.Text "content",
+// plain_editor.js), over ONE Hocuspocus /ws socket; presence, connection state and AI
+// suggestions (ghost text, rewrites) as Stateless JSON on the same socket.
+//
+// Which editor: `?editor=rich|plain` (or window.TETHER.editor) when given; else, once synced,
+// rich when the fragment holds anything, plain when only the text does, rich for a new document.
+//
+// Both editors are a *surface* this page drives: {kind, hasFocus(), focus(), setEditable(bool),
+// destroy(), ghost(), startGhost(id), ghostDelta(id, text), ghostEnded(id), clearGhost(silent),
+// cursor() -> request fields or null, selection() -> {fields, old} or null}; they call back
+// through `editorCtx` (request, rewrite, sendAccept, cancel, typed).
 import "./common.css";
 import "./editor.css";
 import * as Y from "yjs";
 import { HocuspocusProvider, HocuspocusProviderWebsocket } from "@hocuspocus/provider";
-import { EditorState, EditorSelection, Compartment, Transaction } from "@codemirror/state";
-import {
-  EditorView,
-  keymap,
-  lineNumbers,
-  highlightActiveLine,
-  highlightActiveLineGutter,
-  drawSelection,
-  dropCursor,
-  highlightSpecialChars,
-  rectangularSelection,
-  crosshairCursor,
-  placeholder,
-} from "@codemirror/view";
-import { defaultKeymap, indentWithTab } from "@codemirror/commands";
-import { syntaxHighlighting, defaultHighlightStyle, bracketMatching, indentOnInput } from "@codemirror/language";
-import { searchKeymap, highlightSelectionMatches } from "@codemirror/search";
-import { markdown } from "@codemirror/lang-markdown";
-import { yCollab, yUndoManagerKeymap } from "y-codemirror.next";
 import { guardPresence } from "./presence.js";
 import { fallbackSocketClass } from "./transport.js";
 import {
@@ -35,23 +25,12 @@ import {
   h,
   signInBox,
 } from "./common.js";
-import {
-  ghostExtension,
-  ghostField,
-  ghostRest,
-  startGhost,
-  ghostDelta,
-  ghostEnded,
-  clearGhost,
-} from "./ghost.js";
 import { wordDiff } from "./diff.js";
 
 const PAUSE_MS = 600;
 const MAX_TOKENS = 24;
-// The relative-position anchor is preferred by the protocol, but the server (as of this
-// writing) resolves it to a UTF-8 offset and then checks it as UTF-16, which breaks after
-// non-ASCII text; `pos` alone is correct. Flip back once the server is fixed.
-const SEND_ANCHOR = false;
+// Until the first sync says which kind the document is; then the local state decides.
+const CHOOSE_EDITOR_AFTER_MS = 3000;
 const NO_ANSWER_MS = 15000;
 const COLORS = [
   "#e4572e", "#2e86ab", "#a23b72", "#3b8f5a", "#f18f01", "#6c5ce7",
@@ -72,7 +51,7 @@ const aiEnabled = cfg.ai !== false;
 // Set once they exist; refuse() may run before (no document name) or after.
 let provider = null;
 let websocketProvider = null;
-let view = null;
+let surface = null; // the editor, once mounted
 
 function documentNameFromPath(path) {
   const prefix = at("/d/");
@@ -233,7 +212,7 @@ provider.on("authenticated", ({ scope }) => {
   writable = scope !== "readonly";
   scopeEl.hidden = writable;
   document.body.dataset.scope = scope;
-  view.dispatch({ effects: editable.reconfigure(editableExtensions(writable)) });
+  if (surface) surface.setEditable(writable);
   // The AI's state belongs to the socket: ask again after every (re)authentication.
   if (aiEnabled) send({ type: "status", id: AI_STATUS_ID });
   renderAiControls();
@@ -289,7 +268,7 @@ function refuse(message, offerSignIn) {
   );
   refusalEl.hidden = false;
   // Stop syncing (never send anything after a refusal), then drop the text from the page.
-  for (const thing of [provider, websocketProvider, view]) {
+  for (const thing of [provider, websocketProvider, surface]) {
     try {
       if (thing) thing.destroy();
     } catch (err) {
@@ -375,8 +354,8 @@ function setAiState(state, reason) {
   aiState = { state, reason: withoutPrefix(reason) };
   renderAiControls();
   if (!aiAvailable()) {
-    const ghost = view && view.state.field(ghostField, false);
-    if (ghost && !ghost.received) view.dispatch({ effects: clearGhost.of({ silent: true }) });
+    const ghost = surface && surface.ghost();
+    if (ghost && !ghost.received) surface.clearGhost(true);
     aiNote(aiUnavailableText(), true);
   } else if (!wasAvailable) {
     aiNote("AI is back");
@@ -390,123 +369,50 @@ function aiNote(text, sticky = false) {
   if (text && !sticky) aiNoteTimer = setTimeout(() => (aiEl.textContent = ""), 4000);
 }
 
-function toBase64(bytes) {
-  let binary = "";
-  for (const b of bytes) binary += String.fromCharCode(b);
-  return btoa(binary);
-}
-
-// A completion accepted on the server: when its insert arrives at our cursor, put the cursor
-// after it (a remote insert at the cursor would otherwise leave it before the text).
-let pendingAccept = null; // {id, pos, text, until}
-
 let pauseTimer = null;
 let lastAnsweredId = null; // the newest ghost id the server has started
-let rewrite = null; // {id, from, to, old, received, streaming, state}
+let rewrite = null; // {id, old, received, streaming, state, note}
 
-const ctl = {
-  request(view, { auto }) {
-    if (refused || !aiEnabled || !authenticated || !writable) return;
-    if (!aiAvailable()) {
-      if (!auto) aiNote(aiUnavailableText(), true);
-      return;
+/** Ask for a completion at the cursor (auto: after a pause in typing). */
+function requestSuggestion({ auto }) {
+  if (refused || !surface || !aiEnabled || !authenticated || !writable) return;
+  if (!aiAvailable()) {
+    if (!auto) aiNote(aiUnavailableText(), true);
+    return;
+  }
+  if (auto && (rewrite || !surface.hasFocus())) return;
+  // Positions must mean the same text on both sides: only when connected and in sync.
+  if (websocketProvider.status !== "connected" || !provider.isSynced) {
+    if (!auto) aiNote("not connected: suggestions need the server");
+    return;
+  }
+  const where = surface.cursor();
+  if (!where) return;
+  const id = newId("g");
+  surface.startGhost(id);
+  // No answer at all (lost on the way): drop the empty ghost quietly.
+  setTimeout(() => {
+    const ghost = surface.ghost();
+    if (ghost && ghost.id === id && lastAnsweredId !== id && !ghost.received) {
+      surface.clearGhost(true);
+      if (!auto) aiNote("no answer from the AI");
     }
-    if (auto && (rewrite || !view.hasFocus)) return;
-    // Positions must mean the same text on both sides: only when connected and in sync.
-    if (websocketProvider.status !== "connected" || !provider.isSynced) {
-      if (!auto) aiNote("not connected: suggestions need the server");
-      return;
-    }
-    const sel = view.state.selection.main;
-    if (!sel.empty) return;
-    const pos = sel.head;
-    const id = newId("g");
-    let anchor;
-    try {
-      anchor = toBase64(Y.encodeRelativePosition(Y.createRelativePositionFromTypeIndex(ytext, pos)));
-    } catch {
-      anchor = undefined;
-    }
-    view.dispatch({ effects: startGhost.of({ id, pos }) });
-    // No answer at all (AI off on the server, or lost): drop the empty ghost quietly.
-    setTimeout(() => {
-      const ghost = view.state.field(ghostField, false);
-      if (ghost && ghost.id === id && lastAnsweredId !== id && !ghost.received) {
-        view.dispatch({ effects: clearGhost.of({ silent: true }) });
-        if (!auto) aiNote("no answer from the AI");
-      }
-    }, NO_ANSWER_MS);
-    const message = { type: "suggest", id, kind: "complete", pos, max_tokens: MAX_TOKENS };
-    if (SEND_ANCHOR && anchor && ytext.length === view.state.doc.length) message.anchor = anchor;
-    send(message);
-    if (!auto) aiNote("asking…");
-  },
+  }, NO_ANSWER_MS);
+  send({ type: "suggest", id, kind: "complete", ...where, max_tokens: MAX_TOKENS });
+  if (!auto) aiNote("asking…");
+}
 
-  accept(view, ghost) {
-    const rest = ghostRest(ghost);
-    if (!ghost.consumed) {
-      // The server inserts it; everyone (us included) sees it through sync.
-      send({ type: "accept", id: ghost.id });
-      pendingAccept = { id: ghost.id, pos: ghost.pos, text: ghost.received, until: Date.now() + 10000 };
-      view.dispatch({ effects: clearGhost.of({ silent: true }) });
-    } else {
-      // Part of it was typed by hand: the server would insert it all at the original cursor,
-      // so type the rest locally (it syncs like any edit) and stop the stream.
-      if (ghost.streaming) send({ type: "cancel", id: ghost.id });
-      view.dispatch({
-        changes: { from: ghost.pos, insert: rest },
-        selection: EditorSelection.cursor(ghost.pos + rest.length),
-        effects: clearGhost.of({ silent: true }),
-        userEvent: "input.complete",
-        scrollIntoView: true,
-      });
-    }
-  },
-
-  rewrite(view) {
-    startRewrite(view);
-  },
-
-  dropped(ghost) {
-    send({ type: "cancel", id: ghost.id });
-  },
-
-  typed(view) {
+const editorCtx = {
+  request: requestSuggestion,
+  rewrite: () => startRewrite(),
+  sendAccept: (id) => send({ type: "accept", id }),
+  cancel: (id) => send({ type: "cancel", id }),
+  typed() {
     clearTimeout(pauseTimer);
-    if (view.state.field(ghostField)) return; // typing into the ghost: keep it, no new request
+    if (surface.ghost()) return; // typing into the ghost: keep it, no new request
     pauseTimer = setTimeout(() => {
-      if (!view.state.field(ghostField)) ctl.request(view, { auto: true });
+      if (!surface.ghost()) requestSuggestion({ auto: true });
     }, PAUSE_MS);
-  },
-
-  filter(tr) {
-    if (!pendingAccept || !tr.docChanged) return null;
-    if (Date.now() > pendingAccept.until) {
-      pendingAccept = null;
-      return null;
-    }
-    const local = tr.annotation(Transaction.userEvent) !== undefined;
-    const cursor = tr.startState.selection.main;
-    let hit = null;
-    if (!local) {
-      tr.changes.iterChanges((fromA, toA, _fromB, _toB, text) => {
-        const inserted = text.toString();
-        if (hit === null && fromA === pendingAccept.pos && toA === fromA && inserted &&
-            (inserted.startsWith(pendingAccept.text) || pendingAccept.text.startsWith(inserted))) {
-          hit = inserted;
-        }
-      });
-    }
-    if (hit !== null) {
-      const at = pendingAccept.pos;
-      pendingAccept = null;
-      if (cursor.empty && cursor.head === at) {
-        return [tr, { selection: EditorSelection.cursor(tr.changes.mapPos(at, 1)), sequential: true }];
-      }
-      return null;
-    }
-    pendingAccept.pos = tr.changes.mapPos(pendingAccept.pos, -1);
-    return null;
   },
 };
 
@@ -523,13 +429,12 @@ provider.on("stateless", ({ payload }) => {
     return setAiState(String(msg.state), typeof msg.reason === "string" ? msg.reason : "");
   }
   if (msg.type === "suggestion.error" && msg.code === "unavailable") return onUnavailable(msg);
-  const ghost = view.state.field(ghostField, false);
+  const ghost = surface && surface.ghost();
   if (ghost && msg.id === ghost.id) return onGhostMessage(msg, ghost);
   if (rewrite && msg.id === rewrite.id) return onRewriteMessage(msg);
   if (msg.type === "suggestion.accepted") return;
   if (msg.type === "suggestion.error") {
-    if (pendingAccept && msg.id === pendingAccept.id) pendingAccept = null;
-    if (msg.id === null || (pendingAccept === null && msg.code !== "bad_request")) {
+    if (msg.id === null || msg.code !== "bad_request") {
       aiNote(`AI: ${msg.message || msg.code}`);
     } else if (msg.code === "bad_request" && String(msg.id || "").startsWith("g")) {
       aiNote("The text there changed; ask again.");
@@ -539,9 +444,8 @@ provider.on("stateless", ({ payload }) => {
 
 /** The model worker died under a suggestion: grey out until ai.status says ready again. */
 function onUnavailable(msg) {
-  if (pendingAccept && msg.id === pendingAccept.id) pendingAccept = null;
-  const ghost = view.state.field(ghostField, false);
-  if (ghost && msg.id === ghost.id) view.dispatch({ effects: clearGhost.of({ silent: true }) });
+  const ghost = surface && surface.ghost();
+  if (ghost && msg.id === ghost.id) surface.clearGhost(true);
   if (rewrite && msg.id === rewrite.id) onRewriteMessage({ ...msg, message: withoutPrefix(msg.message) });
   // Its sticky note says why (a later ai.status replaces the state and the reason).
   if (aiAvailable()) setAiState("starting", msg.message || "the model is restarting");
@@ -558,9 +462,7 @@ function onGhostMessage(msg, ghost) {
       aiEl.textContent = "";
       break;
     case "suggestion.delta":
-      if (typeof msg.text === "string" && msg.text) {
-        view.dispatch({ effects: ghostDelta.of({ id: ghost.id, text: msg.text }) });
-      }
+      if (typeof msg.text === "string" && msg.text) surface.ghostDelta(ghost.id, msg.text);
       break;
     case "suggestion.end": {
       // The server's junk filter dropped it ("junk:echo", ...): nothing junk was streamed, so
@@ -570,15 +472,15 @@ function onGhostMessage(msg, ghost) {
       if (junk) console.info(`tether: suggestion ${ghost.id} dropped as junk (${msg.reason.slice(5)})`);
       if (msg.reason !== "done" && !junk && !ghost.consumed) {
         // Cancelled by an edit at the cursor, or superseded: the server cannot accept it now.
-        view.dispatch({ effects: clearGhost.of({ silent: true }) });
+        surface.clearGhost(true);
       } else {
-        view.dispatch({ effects: ghostEnded.of({ id: ghost.id }) });
+        surface.ghostEnded(ghost.id);
         if (!ghost.received && msg.reason === "done") aiNote("no suggestion here");
       }
       break;
     }
     case "suggestion.error":
-      view.dispatch({ effects: clearGhost.of({ silent: true }) });
+      surface.clearGhost(true);
       aiNote(`AI: ${msg.message || msg.code}`);
       break;
     default:
@@ -588,14 +490,14 @@ function onGhostMessage(msg, ghost) {
 
 // ---------------------------------------------------------------- rewrite panel
 
-function startRewrite(view) {
-  if (refused || !aiEnabled || !authenticated || !writable) return;
+function startRewrite() {
+  if (refused || !surface || !aiEnabled || !authenticated || !writable) return;
   if (!aiAvailable()) {
     aiNote(aiUnavailableText(), true);
     return;
   }
-  const sel = view.state.selection.main;
-  if (sel.empty) {
+  const selected = surface.selection();
+  if (!selected) {
     aiNote("Select some text to rewrite.");
     return;
   }
@@ -603,16 +505,14 @@ function startRewrite(view) {
   const id = newId("r");
   rewrite = {
     id,
-    from: sel.from,
-    to: sel.to,
-    old: view.state.sliceDoc(sel.from, sel.to),
+    old: selected.old,
     received: "",
     streaming: true,
     state: "streaming",
     note: "",
   };
-  view.dispatch({ effects: clearGhost.of({ silent: true }) }); // superseded by this request
-  send({ type: "suggest", id, kind: "rewrite", from: sel.from, to: sel.to });
+  surface.clearGhost(true); // superseded by this request
+  send({ type: "suggest", id, kind: "rewrite", ...selected.fields });
   renderRewrite();
 }
 
@@ -703,49 +603,45 @@ function renderRewrite() {
 
 // ---------------------------------------------------------------- the editor
 
-const editable = new Compartment();
-function editableExtensions(canWrite) {
-  return [EditorState.readOnly.of(!canWrite), EditorView.editable.of(canWrite)];
+const RICH_FIELD = "default"; // Tiptap's default field; the server's --rich-fragment
+const forcedKind = new URLSearchParams(location.search).get("editor") || cfg.editor;
+
+function chooseKind() {
+  if (forcedKind === "rich" || forcedKind === "plain") return forcedKind;
+  if (ydoc.getXmlFragment(RICH_FIELD).length > 0) return "rich";
+  return ytext.length > 0 ? "plain" : "rich"; // a new document opens rich
 }
 
-view = new EditorView({
-  parent: editorEl,
-  state: EditorState.create({
-    doc: ytext.toString(),
-    extensions: [
-      ghostExtension(ctl), // before the other keymaps: Tab/Esc go to the ghost first
-      keymap.of([...yUndoManagerKeymap, ...defaultKeymap, ...searchKeymap, indentWithTab]),
-      lineNumbers(),
-      highlightActiveLineGutter(),
-      highlightSpecialChars(),
-      drawSelection(),
-      dropCursor(),
-      indentOnInput(),
-      bracketMatching(),
-      rectangularSelection(),
-      crosshairCursor(),
-      highlightActiveLine(),
-      highlightSelectionMatches(),
-      syntaxHighlighting(defaultHighlightStyle, { fallback: true }),
-      markdown(),
-      EditorView.lineWrapping,
-      placeholder("Start writing…"),
-      editable.of(editableExtensions(false)), // until the server says read-write
-      yCollab(ytext, provider.awareness),
-    ],
-  }),
-});
+async function mountEditor() {
+  if (surface || refused) return;
+  const kind = chooseKind();
+  // Each editor is a chunk of its own: a page loads only the one it shows.
+  const module = kind === "rich" ? await import("./rich_editor.js") : await import("./plain_editor.js");
+  if (surface || refused) return;
+  editorEl.dataset.kind = kind;
+  document.body.dataset.editor = kind;
+  const ctx = { ...editorCtx, ydoc, provider, awareness: provider.awareness, user };
+  surface = kind === "rich" ? module.mountRich(editorEl, ctx) : module.mountPlain(editorEl, ctx);
+  if (authenticated) surface.setEditable(writable);
+  Object.assign(window.tether, { surface, view: surface.view, editor: surface.editor });
+  renderAiControls();
+}
+
+provider.on("synced", () => mountEditor());
+setTimeout(() => mountEditor(), CHOOSE_EDITOR_AFTER_MS); // offline: what this page has
+if (provider.isSynced) mountEditor();
 
 suggestButton.addEventListener("click", () => {
-  view.focus();
-  ctl.request(view, { auto: false });
+  if (!surface) return;
+  surface.focus();
+  requestSuggestion({ auto: false });
 });
 rewriteButton.addEventListener("mousedown", (e) => e.preventDefault()); // keep the selection
-rewriteButton.addEventListener("click", () => startRewrite(view));
+rewriteButton.addEventListener("click", () => startRewrite());
 
 renderPresence();
 renderPending();
 renderAiControls();
 
-// For scripted browser tests and debugging.
-window.tether = { provider, websocketProvider, ydoc, ytext, view, user, documentName };
+// For scripted browser tests and debugging (the editor's fields are set once it is mounted).
+window.tether = { provider, websocketProvider, ydoc, ytext, user, documentName, surface: null, view: null, editor: null };
