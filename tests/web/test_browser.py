@@ -66,15 +66,20 @@ def browser() -> Iterator[Browser]:
 CSP_VIOLATIONS: list[str] = []
 
 
-def open_page(browser: Browser, server: ServerProcess, document: str, token: str) -> Page:
+def open_page(
+    browser: Browser, server: ServerProcess, document: str, token: str, editor: str = "plain"
+) -> Page:
+    """The editor page on ``document``; these tests drive the plain (CodeMirror) editor, which
+    a new document only gets when asked (``?editor=plain``): it opens rich by default."""
     context = browser.new_context(viewport={"width": 1000, "height": 520})
     page = context.new_page()
     page.on(
         "console",
         lambda m: CSP_VIOLATIONS.append(m.text) if "Content Security Policy" in m.text else None,
     )
-    page.goto(f"{server.http_url}/d/{document}?token={token}")
+    page.goto(f"{server.http_url}/d/{document}?token={token}&editor={editor}")
     expect(page.locator("body")).to_have_attribute("data-synced", "true", timeout=15000)
+    expect(page.locator("body")).to_have_attribute("data-editor", editor, timeout=15000)
     return page
 
 
@@ -313,7 +318,7 @@ def test_the_editor_works_mounted_under_a_prefix_in_a_fastapi_app(
         for _ in range(2):
             context = browser.new_context(viewport={"width": 1000, "height": 520})
             page = context.new_page()
-            page.goto(f"{host.http_url}/collab/d/mounted/doc")
+            page.goto(f"{host.http_url}/collab/d/mounted/doc?editor=plain")
             expect(page.locator("body")).to_have_attribute("data-synced", "true", timeout=15000)
             pages.append(page)
         first, second = pages
