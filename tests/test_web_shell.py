@@ -16,7 +16,13 @@ def test_the_editor_shell_carries_the_document_name_as_script_safe_json(server: 
     body = response.text
     assert "</script><b>" not in body  # the name cannot close the script element
     config = json.loads(re.search(r"window\.TETHER = (\{.*?\});</script>", body).group(1))
-    assert config == {"auth": "jwt", "document": "notes</script><b> 😀", "ai": False, "base": ""}
+    assert config == {
+        "auth": "jwt",
+        "document": "notes</script><b> 😀",
+        "ai": False,
+        "base": "",
+        "fragment": "default",
+    }
     assert 'src="/static/editor.js"' in body
 
 

@@ -44,6 +44,8 @@ class Pages:
             "document": name,
             "ai": settings.ai_provider != "none",
             "base": base,
+            # The rich editor binds to the fragment the server reads (--rich-fragment).
+            "fragment": settings.rich_fragment,
         }
         return _page(f"{name} · tether", "editor", config, base)
 

@@ -603,7 +603,8 @@ function renderRewrite() {
 
 // ---------------------------------------------------------------- the editor
 
-const RICH_FIELD = "default"; // Tiptap's default field; the server's --rich-fragment
+// The server's --rich-fragment ("default", Tiptap's default field, unless it says otherwise).
+const RICH_FIELD = typeof cfg.fragment === "string" && cfg.fragment ? cfg.fragment : "default";
 const forcedKind = new URLSearchParams(location.search).get("editor") || cfg.editor;
 
 function chooseKind() {
@@ -620,7 +621,7 @@ async function mountEditor() {
   if (surface || refused) return;
   editorEl.dataset.kind = kind;
   document.body.dataset.editor = kind;
-  const ctx = { ...editorCtx, ydoc, provider, awareness: provider.awareness, user };
+  const ctx = { ...editorCtx, ydoc, provider, awareness: provider.awareness, user, field: RICH_FIELD };
   surface = kind === "rich" ? module.mountRich(editorEl, ctx) : module.mountPlain(editorEl, ctx);
   if (authenticated) surface.setEditable(writable);
   Object.assign(window.tether, { surface, view: surface.view, editor: surface.editor });

@@ -19,8 +19,6 @@ import { absolutePositionToRelativePosition, ySyncPluginKey } from "@tiptap/y-ti
 import { ghostAction, richGhostKey, richGhostPlugin, richGhostRest } from "./rich_ghost.js";
 import { h, toBase64 } from "./common.js";
 
-export const RICH_FIELD = "default"; // Tiptap's default field, the server's --rich-fragment
-
 const TOOLS = [
   { id: "bold", label: "B", title: "Bold (Ctrl/Cmd+B)", run: (c) => c.toggleBold(), active: ["bold"] },
   { id: "italic", label: "I", title: "Italic (Ctrl/Cmd+I)", run: (c) => c.toggleItalic(), active: ["italic"] },
@@ -34,8 +32,8 @@ const TOOLS = [
 ];
 
 /**
- * Mount on `parent`. `ctx`: {ydoc, provider, user, request({auto}), rewrite(), sendAccept(id),
- * cancel(id), typed()}.
+ * Mount on `parent`. `ctx`: {ydoc, provider, user, field (the Y.XmlFragment's name),
+ * request({auto}), rewrite(), sendAccept(id), cancel(id), typed()}.
  */
 export function mountRich(parent, ctx) {
   const toolbar = h("div", { class: "rich-toolbar", id: "tether-toolbar", role: "toolbar" });
@@ -70,7 +68,7 @@ export function mountRich(parent, ctx) {
     editable: false, // until the server says read-write
     extensions: [
       StarterKit.configure({ undoRedo: false }), // Collaboration brings its own undo
-      Collaboration.configure({ document: ctx.ydoc, field: RICH_FIELD }),
+      Collaboration.configure({ document: ctx.ydoc, field: ctx.field }),
       CollaborationCaret.configure({ provider: ctx.provider, user: ctx.user }),
       Placeholder.configure({ placeholder: "Start writing…" }),
       keys,
