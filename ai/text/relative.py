@@ -8,12 +8,15 @@ before the character's own item to the UTF-16 distance inside it (y-crdt/pycrdt#
 no single number can undo. So the distance inside the item is found by stepping back one
 clock at a time while yrs's offsets fall by exactly one (still the same live item), and the
 rest is converted from bytes: exact for any text, and free when the text before the cursor
-is ASCII, as most is. Each step costs one ``get_offset`` (a walk of the text's items in yrs);
-an item longer than ``MAX_STEPS`` before the cursor is refused rather than walked.
+is ASCII, as most is. Each step costs one ``get_offset`` (a walk of the text's items in yrs),
+so the steps are bounded in number (``MAX_STEPS``) and in time (``STEP_BUDGET_SECONDS``, for a
+text of very many items): past either, the anchor is refused ("send pos with path") rather
+than walked on while the event loop waits.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,7 +30,8 @@ from tether.protocol.relative_position import ID, RelativePosition
 from ..errors import BadRequest
 from .rich_view import text_of
 
-MAX_STEPS = 65_536  # characters of one item before the cursor that are stepped back over
+MAX_STEPS = 8_192  # characters of one item before the cursor that are stepped back over
+STEP_BUDGET_SECONDS = 0.02
 _ANCHOR_GONE = "the anchor's text was deleted or is not in this document; ask again"
 _NOT_IN_TEXT = "the anchor is not inside text (between blocks, or beside an inline node)"
 
@@ -209,9 +213,13 @@ class _Locator:
     ) -> tuple[int, bool]:
         client, clock = item
         steps = 0
+        deadline = time.perf_counter() + STEP_BUDGET_SECONDS
         while steps < clock:
-            if steps >= MAX_STEPS:
-                raise BadRequest("the anchor is too deep inside one long insertion; send 'pos'")
+            if steps >= MAX_STEPS or (steps % 64 == 63 and time.perf_counter() > deadline):
+                raise BadRequest(
+                    "the anchor is too costly to resolve (deep inside one long insertion);"
+                    " send 'pos' with 'path'"
+                )
             previous = (client, clock - steps - 1)
             if self.items.parent_of(previous) != parent:
                 break

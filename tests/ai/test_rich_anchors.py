@@ -169,3 +169,26 @@ def test_reading_after_an_edit_renders_only_the_edited_block() -> None:
     slot = again.view.slot_of((again.text.count("\n\n"), 0))
     assert slot is not None and again.text.endswith(slot.text)
     assert again.view.slot_at(len(again.text)) == (slot, len(slot.text))
+
+
+def test_an_anchor_deep_in_one_long_insertion_after_non_ascii_is_refused_in_bounded_time() -> None:
+    """The walk back to an item's start is one yrs call per character: bounded, then refused."""
+    import time
+
+    from pycrdt import Text
+
+    from tether.ai.text import relative
+
+    body = Doc()
+    body_text = body.get("content", type=Text)
+    body_text.insert(0, "é" + "a" * (relative.MAX_STEPS + 100))  # one item, non-ASCII first
+    update = body.get_update()
+    loaded, guard = _loaded(update)
+    client = body.client_id
+    position = RelativePosition(item=(client, relative.MAX_STEPS + 50))
+    started = time.perf_counter()
+    with pytest.raises(BadRequest, match="too costly"):
+        locate(loaded, position, guard, "default", "content")
+    assert time.perf_counter() - started < 1.0
+    near = RelativePosition(item=(client, 40))  # a short walk is exact
+    assert locate(loaded, near, guard, "default", "content") == Place("content", (), 40)
