@@ -163,6 +163,9 @@ class AiEngine:
             "state": "on" if self.settings.junk_filter else "off",
             "dropped": dict(sorted(self.flights.junk_counts.items())),
         }
+        upstreams = getattr(self.flights.provider, "health", None)
+        if callable(upstreams):  # several model upstreams (ai.model.providers.pool)
+            body["upstreams"] = upstreams()
         return body
 
     def stats(self) -> dict[str, int]:

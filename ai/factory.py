@@ -33,13 +33,22 @@ def build_provider(settings: Any) -> Provider | None:
     if kind == "openai":
         from .model.providers.openai import OpenAIProvider
 
-        return OpenAIProvider(
-            settings.openai_base_url,
-            settings.openai_model,
-            api_key=settings.openai_api_key,
-            api=settings.openai_api,
-            timeout=settings.ai_timeout,
-        )
+        urls = [u.strip() for u in settings.openai_base_url.split(",") if u.strip()]
+        upstreams = [
+            OpenAIProvider(
+                url,
+                settings.openai_model,
+                api_key=settings.openai_api_key,
+                api=settings.openai_api,
+                timeout=settings.ai_timeout,
+            )
+            for url in urls
+        ]
+        if len(upstreams) == 1:
+            return upstreams[0]
+        from .model.providers.pool import UpstreamPool
+
+        return UpstreamPool(upstreams, routing=getattr(settings, "openai_routing", "affinity"))
     if kind == "scripted":
         from .model.providers.scripted import ScriptedProvider
 

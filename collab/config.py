@@ -179,7 +179,10 @@ class Settings:
     # interference is shared caches and memory bandwidth, which no priority removes.
     ai_worker_nice: int = 10
     ai_script: str = ""
+    # One upstream, or several separated by commas: requests then stick to an upstream per
+    # document (ai.model.providers.pool), moving on when one is down.
     openai_base_url: str = ""
+    openai_routing: str = "affinity"
     openai_model: str = ""
     openai_api_key: str = ""
     openai_api: str = "chat"
@@ -236,6 +239,11 @@ class Settings:
         clean = {k: v for k, v in values.items() if k in known and v is not None}
         return _replace(self, clean)
 
+    @property
+    def openai_urls(self) -> list[str]:
+        """The upstreams ``openai_base_url`` names (commas between several)."""
+        return [url.strip() for url in self.openai_base_url.split(",") if url.strip()]
+
     def validate(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be between 0 and 65535; not {self.port}")
@@ -252,6 +260,9 @@ class Settings:
             )
         if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
             raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
+        for url in self.openai_urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"each --openai-base-url must be an http(s) URL, not {url[:64]!r}")
         if not 0.0 < self.ai_semantic_threshold <= 1.0:
             raise ValueError("ai_semantic_threshold must be in (0, 1]")
         if not 0.0 <= self.ai_prefetch_budget <= 1.0:
@@ -319,6 +330,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ai_heal": ("on", "off"),
     "ai_junk_filter": ("on", "off"),
     "openai_api": ("chat", "completions"),
+    "openai_routing": ("affinity", "round-robin"),
     "gc_policy": ("freeze", "default"),
 }
 

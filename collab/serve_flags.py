@@ -331,7 +331,18 @@ GROUPS: tuple[Group, ...] = (
                 "SECONDS",
                 "how long AI stays off after that, before it is tried again (doubling)",
             ),
-            ("openai_base_url", "URL", "OpenAI-compatible upstream, e.g. http://127.0.0.1:8000/v1"),
+            (
+                "openai_base_url",
+                "URL[,URL...]",
+                "OpenAI-compatible upstream, e.g. http://127.0.0.1:8000/v1; several (commas)"
+                " share the load, each document sticking to one",
+            ),
+            (
+                "openai_routing",
+                ONE_OF,
+                "several upstreams: 'affinity' (a document stays on its upstream, whose"
+                " prefix cache stays warm) or 'round-robin'",
+            ),
             ("openai_model", "NAME", "model name sent upstream"),
             ("openai_api_key", "KEY", "bearer key for the upstream; prefer TETHER_OPENAI_API_KEY"),
             ("openai_api", ONE_OF, "'chat': /chat/completions; 'completions': /completions"),

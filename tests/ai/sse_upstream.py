@@ -37,6 +37,7 @@ class Upstream:
     paths: list[str] = field(default_factory=list)
     connection_of: list[int] = field(default_factory=list)  # per request: its connection's number
     hangs_released: int = 0  # "hang" requests whose client closed the connection
+    health_checks: int = 0  # GET requests (the model list), not recorded with the others
     client_gone: asyncio.Event = field(default_factory=asyncio.Event)
     port: int = 0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -93,6 +94,17 @@ class Upstream:
             if name:
                 headers[name.lower()] = value.strip()
         body = await reader.readexactly(int(headers.get("content-length", "0")))
+        if request_line.startswith("GET "):  # a health check: the model list
+            self.health_checks += 1
+            self._notify()
+            status = self.status if self.mode == "status" else 200
+            answer = b'{"object": "list", "data": [{"id": "tiny", "object": "model"}]}'
+            writer.write(
+                f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(answer)}\r\n\r\n".encode() + answer
+            )
+            await writer.drain()
+            return True
         self.paths.append(request_line.split()[1])
         self.headers.append(headers)
         self.requests.append(json.loads(body))

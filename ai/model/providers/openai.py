@@ -40,6 +40,16 @@ ERROR_BODY_BYTES = 1 << 16  # read error answers whole up to this, so the connec
 MAX_LINE_BYTES = 1 << 20  # an SSE line longer than this is a broken upstream, not a token
 
 
+# Answers that say the upstream itself is down or overloaded, not that the request was wrong.
+DOWN_STATUSES = frozenset({502, 503, 504})
+HEALTH_TIMEOUT_SECONDS = 2.0
+
+
+class UpstreamDown(ProviderUnavailable):
+    """The upstream could not be reached or said it is down: nothing was generated, so another
+    upstream may take the request (``ai.model.providers.pool``)."""
+
+
 class OpenAIProvider(Provider):
     """Streams from ``{base_url}/v1/chat/completions`` or ``/v1/completions`` (a ``base_url``
     that already ends in ``/v1`` is used as is). One ``httpx.AsyncClient`` per ``async with``."""
@@ -131,7 +141,9 @@ class OpenAIProvider(Provider):
             return
         try:
             if not response.is_success:
-                raise ProviderUnavailable(await _status_message(response))
+                down = response.status_code in DOWN_STATUSES
+                error = UpstreamDown if down else ProviderUnavailable
+                raise error(await _status_message(response))
             decoder = SseDecoder()
             async with contextlib.aclosing(response.aiter_bytes()) as chunks:
                 try:
@@ -180,7 +192,7 @@ class OpenAIProvider(Provider):
                 return await self._client.send(request, stream=True)
             except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
                 if attempt == self.retries:
-                    raise ProviderUnavailable(
+                    raise UpstreamDown(
                         f"cannot connect to the upstream at {self._where()}"
                         f" ({attempt + 1} attempts)"
                     ) from exc
@@ -193,10 +205,26 @@ class OpenAIProvider(Provider):
                     f"the upstream did not answer within {self.timeout:g}s"
                 ) from exc
             except httpx.TransportError as exc:
-                raise ProviderUnavailable(
+                raise UpstreamDown(
                     f"the upstream at {self._where()} failed before answering"
                 ) from exc
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    async def healthy(self) -> bool:
+        """Whether the upstream answers its model list now (a health check: no generation)."""
+        if self._client is None:
+            return False
+        try:
+            response = await self._client.get("models", timeout=HEALTH_TIMEOUT_SECONDS)
+            await response.aclose()
+        except httpx.HTTPError:
+            return False
+        return response.status_code not in DOWN_STATUSES and response.status_code < 500
+
+    @property
+    def where(self) -> str:
+        """host:port, for logs and /health (never the path, which may carry a key)."""
+        return self._where()
 
     def _where(self) -> str:
         port = self.url.port or (443 if self.url.scheme == "https" else 80)
