@@ -1,7 +1,7 @@
-"""One model worker in front of the provider, shared fairly: interactive requests before
-prefetch, round-robin between connections, a quota of jobs per connection and per grant
-subject, a bounded queue that answers ``Busy`` at once instead of timing out, cancelled jobs
-dropped unrun.
+"""The model workers in front of the provider (one, or one per model upstream), shared
+fairly: interactive requests before prefetch, round-robin between connections, a quota of jobs
+per connection and per grant subject, a bounded queue that answers ``Busy`` at once instead of
+timing out, cancelled jobs dropped unrun.
 
 Fairness, because the model is the server's scarcest resource and one client must not be able
 to take it from everyone else (issue 10, item 8):
@@ -52,7 +52,9 @@ class _Job:
 
 
 class Scheduler:
-    """``async with Scheduler(max_queue=8) as s: result = await s.submit(job, owner=conn)``."""
+    """``async with Scheduler(max_queue=8) as s: result = await s.submit(job, owner=conn)``.
+
+    ``workers`` jobs run at once (1 for the embedded model; one per upstream for several)."""
 
     def __init__(
         self,
@@ -61,8 +63,12 @@ class Scheduler:
         per_owner: int = 0,
         per_subject: int = 0,
         on_refusal: RefusalListener | None = None,
+        workers: int = 1,
     ) -> None:
+        if workers < 1:
+            raise ValueError("a scheduler needs at least one worker")
         self.max_queue = max_queue
+        self.workers = workers
         self.per_owner = per_owner  # 0: no quota
         self.per_subject = per_subject
         self._on_refusal = on_refusal
@@ -72,18 +78,24 @@ class Scheduler:
             p: {} for p in _PRIORITIES
         }
         self._wake = asyncio.Event()
-        self._worker: asyncio.Task[None] | None = None
-        self.running: _Job | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self.active: list[_Job] = []  # running now, at most ``workers``
+
+    @property
+    def running(self) -> _Job | None:
+        """The job running (the first, with several workers), or None."""
+        return self.active[0] if self.active else None
 
     async def __aenter__(self) -> Scheduler:
-        self._worker = asyncio.ensure_future(self._work())
+        self._workers = [asyncio.ensure_future(self._work()) for _ in range(self.workers)]
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self._worker is not None:
-            self._worker.cancel()
+        for worker in self._workers:
+            worker.cancel()
+        for worker in self._workers:
             with contextlib.suppress(BaseException):
-                await self._worker
+                await worker
         for job in self._queued():
             job.done.cancel()
         for queue in self._queues.values():
@@ -94,7 +106,7 @@ class Scheduler:
 
     @property
     def depth(self) -> int:
-        return len(self._queued()) + (self.running is not None)
+        return len(self._queued()) + len(self.active)
 
     def submit(
         self,
@@ -118,17 +130,17 @@ class Scheduler:
                 raise Busy("the model is busy; try again shortly")
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._enqueue(_Job(priority, owner, subject, run, done))
-        running = self.running
-        if priority == INTERACTIVE and running is not None and running.priority == PREFETCH:
-            running.done.cancel()  # speculative work gives the model up at once
+        if priority == INTERACTIVE and len(self.active) >= self.workers:
+            for running in self.active:
+                if running.priority == PREFETCH:
+                    running.done.cancel()  # speculative work gives the model up at once
+                    break
         self._wake.set()
         return done
 
     def _check_quota(self, owner: Hashable, subject: Hashable | None) -> None:
         active = [job for job in self._queued() if job.live and job.priority == INTERACTIVE]
-        running = self.running
-        if running is not None and running.live and running.priority == INTERACTIVE:
-            active.append(running)
+        active += [job for job in self.active if job.live and job.priority == INTERACTIVE]
         if self.per_owner and sum(j.owner == owner for j in active) >= self.per_owner:
             self._refused("ai_queue_per_connection", owner)
             raise QuotaExceeded(
@@ -159,9 +171,10 @@ class Scheduler:
 
     def promote(self, done: asyncio.Future[Any]) -> None:
         """Someone now waits for this job: it becomes interactive (and is never preempted)."""
-        if self.running is not None and self.running.done is done:
-            self.running.priority = INTERACTIVE
-            return
+        for running in self.active:
+            if running.done is done:
+                running.priority = INTERACTIVE
+                return
         for job in self._queued():
             if job.done is done and job.priority == PREFETCH:
                 self._remove(job)
@@ -171,12 +184,11 @@ class Scheduler:
 
     @property
     def idle(self) -> bool:
-        return self.running is None and not any(job.live for job in self._queued())
+        return not self.active and not any(job.live for job in self._queued())
 
     def idle_but(self, done: asyncio.Future[Any]) -> bool:
         """Idle, or only running the job of ``done`` (which the caller is cancelling)."""
-        running = self.running
-        return (running is None or running.done is done) and not any(
+        return all(running.done is done for running in self.active) and not any(
             job.live for job in self._queued()
         )
 
@@ -225,6 +237,9 @@ class Scheduler:
                     return job
         return None
 
+    def _next_live(self) -> bool:
+        return any(job.live for job in self._queued())
+
     async def _work(self) -> None:
         while True:
             job = self._next()
@@ -232,7 +247,9 @@ class Scheduler:
                 self._wake.clear()
                 await self._wake.wait()
                 job = self._next()
-            self.running = job
+            self.active.append(job)
+            if self._next_live():
+                self._wake.set()  # more queued work: another free worker may take it
             task = asyncio.ensure_future(job.run())
             job.done.add_done_callback(lambda f, t=task: t.cancel() if f.cancelled() else None)
             try:
@@ -256,4 +273,4 @@ class Scheduler:
                 if not job.done.done():
                     job.done.set_result(result)
             finally:
-                self.running = None
+                self.active.remove(job)

@@ -227,3 +227,29 @@ async def test_quota_counts_queued_and_running_and_frees_on_finish() -> None:
         gate.set()
         await asyncio.wait_for(asyncio.gather(first, third, fourth), 5)
     assert refusals == ["ai_queue_per_connection", "ai_queue_per_subject"]
+
+
+async def test_with_two_workers_two_jobs_run_at_once_and_a_third_waits() -> None:
+    """One worker per model upstream: as many generations in flight as upstreams, no more."""
+    gate = asyncio.Event()
+    running: list[str] = []
+    two_running = asyncio.Event()
+
+    def job(label: str) -> Callable[[], Awaitable[str]]:
+        async def run() -> str:
+            running.append(label)
+            if len(running) == 2:
+                two_running.set()
+            await gate.wait()
+            return label
+
+        return run
+
+    async with Scheduler(max_queue=8, workers=2) as scheduler:
+        futures = [scheduler.submit(job(name), owner=name) for name in ("a", "b", "c")]
+        await asyncio.wait_for(two_running.wait(), 5)
+        assert running == ["a", "b"] and scheduler.depth == 3  # c queued, not running
+        assert len(scheduler.active) == 2
+        gate.set()
+        assert await asyncio.wait_for(asyncio.gather(*futures), 5) == ["a", "b", "c"]
+    assert running == ["a", "b", "c"]
