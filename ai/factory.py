@@ -203,8 +203,9 @@ async def start_engine(
             per_owner=settings.ai_queue_per_connection,
             per_subject=settings.ai_queue_per_subject,
             on_refusal=on_refusal,
-            # One generation in flight per model: the embedded one, or each upstream.
-            workers=len(getattr(provider, "upstreams", ())) or 1,
+            # One generation in flight for one model; with several upstreams,
+            # --openai-concurrency per upstream.
+            workers=len(getattr(provider, "upstreams", ())) * settings.openai_concurrency or 1,
         )
     )
     embedder, embed_worker = build_embedder(settings, provider)

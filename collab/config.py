@@ -183,6 +183,9 @@ class Settings:
     # document (ai.model.providers.pool), moving on when one is down.
     openai_base_url: str = ""
     openai_routing: str = "affinity"
+    # Several upstreams: generations in flight per upstream (a llama.cpp server queues the
+    # second behind the first; vLLM batches them).
+    openai_concurrency: int = 2
     openai_model: str = ""
     openai_api_key: str = ""
     openai_api: str = "chat"
@@ -260,6 +263,8 @@ class Settings:
             )
         if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
             raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
+        if not 1 <= self.openai_concurrency <= 64:
+            raise ValueError("openai_concurrency must be 1 to 64")
         for url in self.openai_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"each --openai-base-url must be an http(s) URL, not {url[:64]!r}")

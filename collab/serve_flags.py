@@ -338,6 +338,11 @@ GROUPS: tuple[Group, ...] = (
                 " share the load, each document sticking to one",
             ),
             (
+                "openai_concurrency",
+                "N",
+                "several upstreams: generations in flight per upstream",
+            ),
+            (
                 "openai_routing",
                 ONE_OF,
                 "several upstreams: 'affinity' (a document stays on its upstream, whose"

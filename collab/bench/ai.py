@@ -51,6 +51,31 @@ WORKLOADS = ("session", "repeated", "all")
 
 def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--upstreams",
+        type=int,
+        default=0,
+        help="N >= 2: N model servers (llama_cpp.server) behind tether, one upstream vs"
+        " round-robin vs affinity side by side (collab/bench/ai_upstreams.py)",
+    )
+    parser.add_argument(
+        "--docs", type=int, default=7, help="--upstreams: documents, one editor each"
+    )
+    parser.add_argument(
+        "--upstream-rounds", type=int, default=6, help="--upstreams: requests per document"
+    )
+    parser.add_argument(
+        "--all-at-once",
+        action="store_true",
+        help="--upstreams: every editor asks at the same time each round (default: in turn)",
+    )
+    parser.add_argument(
+        "--prompt-cache-mb",
+        type=int,
+        default=32,
+        help="--upstreams: each upstream keeps evaluated prompts in this much RAM (0: only its"
+        " last one); 32 MiB holds about three of these documents' states, less than all",
+    )
+    parser.add_argument(
         "--workload",
         choices=WORKLOADS,
         default="session",
@@ -152,6 +177,10 @@ async def _session(server: ServerProcess, way: str, args: argparse.Namespace) ->
 
 
 def run_ai_bench(args: argparse.Namespace) -> int:
+    if getattr(args, "upstreams", 0):
+        from .ai_upstreams import run_upstreams_bench
+
+        return run_upstreams_bench(args)
     workload = getattr(args, "workload", "session")
     status = 0
     if workload in ("session", "all"):

@@ -25,9 +25,20 @@ def missing_modules() -> list[str]:
 class LlamaServer:
     """``with LlamaServer(model_path, log_dir) as server:`` then ``server.url`` (``.../v1``)."""
 
-    def __init__(self, model: Path, log_dir: Path, *, alias: str = "local-gguf") -> None:
+    def __init__(
+        self,
+        model: Path,
+        log_dir: Path,
+        *,
+        alias: str = "local-gguf",
+        prompt_cache_bytes: int = 0,
+    ) -> None:
         self.model = model
         self.alias = alias
+        # > 0: keep evaluated prompts in RAM (llama-cpp-python's LlamaRAMCache), several at
+        # once, as llama.cpp's own server (cache_prompt, slots) and vLLM (prefix caching) do;
+        # 0: only the last prompt's state, which the next request reuses up to where it differs.
+        self.prompt_cache_bytes = prompt_cache_bytes
         self.port = free_port()
         self.log_path = Path(log_dir) / f"llama-server-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -56,6 +67,8 @@ class LlamaServer:
             "--n_ctx",
             "2048",
         ]
+        if self.prompt_cache_bytes:
+            command += ["--cache", "true", "--cache_size", str(self.prompt_cache_bytes)]
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
