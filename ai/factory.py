@@ -28,8 +28,20 @@ def build_provider(settings: Any) -> Provider | None:
     if kind == "none":
         return None
     if kind == "local":
-        # The model runs in a supervised worker process: nothing native loads here.
-        return WorkerProvider(build_supervisor(settings, generate=True))
+        # The model runs in supervised worker processes: nothing native loads here.
+        count = getattr(settings, "ai_workers", 1)
+        if count == 1:
+            return WorkerProvider(build_supervisor(settings, generate=True))
+        from .model.providers.pool import UpstreamPool
+
+        workers = [
+            # The first worker also serves the embedder; the others only generate.
+            WorkerProvider(
+                build_supervisor(settings, generate=True, semantic=i == 0), f"worker-{i}"
+            )
+            for i in range(count)
+        ]
+        return UpstreamPool(workers, routing=settings.ai_routing)
     if kind == "openai":
         from .model.providers.openai import OpenAIProvider
 
@@ -48,7 +60,9 @@ def build_provider(settings: Any) -> Provider | None:
             return upstreams[0]
         from .model.providers.pool import UpstreamPool
 
-        return UpstreamPool(upstreams, routing=getattr(settings, "openai_routing", "affinity"))
+        return UpstreamPool(
+            upstreams, routing=settings.ai_routing, concurrency=settings.openai_concurrency
+        )
     if kind == "scripted":
         from .model.providers.scripted import ScriptedProvider
 
@@ -62,15 +76,16 @@ def build_provider(settings: Any) -> Provider | None:
     raise ValueError(f"unknown ai provider {kind!r}")
 
 
-def build_supervisor(settings: Any, *, generate: bool) -> Supervisor:
-    """The model worker for the local model and/or the embedder, as configured."""
+def build_supervisor(settings: Any, *, generate: bool, semantic: bool = True) -> Supervisor:
+    """The model worker for the local model and/or the embedder, as configured (``semantic``
+    False: never the embedder, for the second and later of several workers)."""
     config = {
         "model_path": settings.ai_model_path,
         "quant": settings.ai_quant,
         "data_dir": str(Path(settings.data_dir).resolve()),
         "threads": settings.ai_threads,
         "state_budget_mb": settings.ai_state_budget_mb,
-        "semantic": wants_embedder(settings),
+        "semantic": semantic and wants_embedder(settings),
         "generate": generate,
         "nice": settings.ai_worker_nice,
     }
@@ -91,25 +106,42 @@ def build_embedder(settings: Any, provider: Provider) -> tuple[Embedder | None, 
     worker of its own; also the supervisor that second worker needs (None otherwise)."""
     if not wants_embedder(settings):
         return None, None
-    if isinstance(provider, WorkerProvider):
-        return WorkerEmbedder(provider.supervisor), None
+    workers = model_workers(provider)
+    if workers:
+        return WorkerEmbedder(workers[0].supervisor), None
     supervisor = build_supervisor(settings, generate=False)
     return WorkerEmbedder(supervisor), supervisor
 
 
+def model_workers(provider: Provider) -> list[WorkerProvider]:
+    """The local model's workers: one, several in a pool, or none (an upstream provider)."""
+    if isinstance(provider, WorkerProvider):
+        return [provider]
+    members = getattr(provider, "upstreams", {})
+    found = [u.provider for u in members.values() if isinstance(u.provider, WorkerProvider)]
+    return found if len(found) == len(members) else []
+
+
 def build_status(provider: Provider, embed_worker: Supervisor | None) -> StatusBoard:
     """What /health and ``status`` subscribers see, kept current by the supervisors."""
-    if isinstance(provider, WorkerProvider):
-        supervisor = provider.supervisor
+    supervisors = [worker.supervisor for worker in model_workers(provider)]
+    if supervisors:
 
         def read() -> AiState:
+            # Ready while any worker serves (the pool routes around the others); else what
+            # the first says.
+            ready = [s for s in supervisors if s.state == "ready"]
+            supervisor = ready[0] if ready else supervisors[0]
             model = supervisor.model
+            health = supervisor.health()
+            if len(supervisors) > 1:
+                health = {**health, "workers": [s.health() for s in supervisors]}
             return AiState(
                 supervisor.state,
                 supervisor.reason,
                 model.get("model"),
                 model.get("quant"),
-                supervisor.health(),
+                health,
             )
 
     else:
@@ -126,7 +158,7 @@ def build_status(provider: Provider, embed_worker: Supervisor | None) -> StatusB
             )
 
     board = StatusBoard(read)
-    for supervisor_ in (getattr(provider, "supervisor", None), embed_worker):
+    for supervisor_ in (*supervisors, embed_worker):
         if supervisor_ is not None:
             supervisor_.add_listener(board.changed)
     return board
@@ -203,9 +235,8 @@ async def start_engine(
             per_owner=settings.ai_queue_per_connection,
             per_subject=settings.ai_queue_per_subject,
             on_refusal=on_refusal,
-            # One generation in flight for one model; with several upstreams,
-            # --openai-concurrency per upstream.
-            workers=len(getattr(provider, "upstreams", ())) * settings.openai_concurrency or 1,
+            # One generation in flight per model (or --openai-concurrency per upstream).
+            workers=getattr(provider, "slots", 1),
         )
     )
     embedder, embed_worker = build_embedder(settings, provider)

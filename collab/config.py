@@ -143,6 +143,9 @@ class Settings:
     # One thread: on 2 cores a model using both starves the sync path (fan-out p50 8.5 ms
     # against 5.1 ms with one thread, measured with tether bench sync --with-ai).
     ai_threads: int = 1
+    # The local provider: this many model workers (each a process with its own copy of the
+    # model, --ai-threads each), documents spread over them as over several upstreams.
+    ai_workers: int = 1
     ai_state_budget_mb: int = 256
     ai_max_tokens: int = 24
     # Completions stop after one word, from a prompt that ends before the typed space: what
@@ -182,7 +185,7 @@ class Settings:
     # One upstream, or several separated by commas: requests then stick to an upstream per
     # document (ai.model.providers.pool), moving on when one is down.
     openai_base_url: str = ""
-    openai_routing: str = "affinity"
+    ai_routing: str = "affinity"  # several model servers: how requests spread over them
     # Several upstreams: generations in flight per upstream (a llama.cpp server queues the
     # second behind the first; vLLM batches them).
     openai_concurrency: int = 2
@@ -263,6 +266,8 @@ class Settings:
             )
         if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
             raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
+        if not 1 <= self.ai_workers <= 64:
+            raise ValueError("ai_workers must be 1 to 64")
         if not 1 <= self.openai_concurrency <= 64:
             raise ValueError("openai_concurrency must be 1 to 64")
         for url in self.openai_urls:
@@ -335,7 +340,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ai_heal": ("on", "off"),
     "ai_junk_filter": ("on", "off"),
     "openai_api": ("chat", "completions"),
-    "openai_routing": ("affinity", "round-robin"),
+    "ai_routing": ("affinity", "round-robin"),
     "gc_policy": ("freeze", "default"),
 }
 

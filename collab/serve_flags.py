@@ -315,6 +315,12 @@ GROUPS: tuple[Group, ...] = (
             ),
             ("ai_threads", "N", "threads the local model uses"),
             (
+                "ai_workers",
+                "N",
+                "local model workers (processes, each its own copy of the model): documents"
+                " spread over them as over several upstreams (--ai-routing)",
+            ),
+            (
                 "ai_state_budget_mb",
                 "SIZE",
                 "memory for warm per-editor model states, LRU beyond it (a plain number: MiB)",
@@ -343,10 +349,10 @@ GROUPS: tuple[Group, ...] = (
                 "several upstreams: generations in flight per upstream",
             ),
             (
-                "openai_routing",
+                "ai_routing",
                 ONE_OF,
-                "several upstreams: 'affinity' (a document stays on its upstream, whose"
-                " prefix cache stays warm) or 'round-robin'",
+                "several upstreams or --ai-workers: 'affinity' (a document stays on its"
+                " model server, whose prefix cache stays warm) or 'round-robin'",
             ),
             ("openai_model", "NAME", "model name sent upstream"),
             ("openai_api_key", "KEY", "bearer key for the upstream; prefer TETHER_OPENAI_API_KEY"),

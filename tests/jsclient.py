@@ -494,3 +494,22 @@ def yjs_anchors(update: bytes, at: list[tuple[list[int], int, int]]) -> list[str
         check=True,
     )
     return list(json.loads(result.stdout))
+
+
+def yjs_cursor_cases(content: list[dict[str, Any]]) -> dict[str, Any]:
+    """A Tiptap document built from ProseMirror JSON blocks, edited concurrently by two more
+    clients, with every cursor y-prosemirror makes in it and where Yjs resolves each
+    (``tests/js/relative_positions.mjs``: its header says the shape)."""
+    require_node()
+    node = shutil.which("node")
+    assert node is not None
+    result = subprocess.run(
+        [node, "js/relative_positions.mjs"],
+        cwd=TESTS_DIR,
+        input=json.dumps({"type": "doc", "content": content}),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return dict(json.loads(result.stdout))

@@ -96,7 +96,7 @@ async def _way(
                 openai_base_url=",".join(u.url for u in upstreams),
                 openai_model=ALIAS,
                 openai_api="completions",
-                openai_routing=routing,
+                ai_routing=routing,
                 ai_stop="tokens",
                 ai_heal="off",
                 ai_junk_filter="off",

@@ -101,7 +101,8 @@ class Upstream:
             answer = b'{"object": "list", "data": [{"id": "tiny", "object": "model"}]}'
             writer.write(
                 f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(answer)}\r\n\r\n".encode() + answer
+                f"Content-Length: {len(answer)}\r\n\r\n".encode()
+                + answer
             )
             await writer.drain()
             return True

@@ -5,9 +5,6 @@ emoji, a bold range, deletions, a paste inside another client's run)."""
 from __future__ import annotations
 
 import base64
-import json
-import shutil
-import subprocess
 from typing import Any
 
 import pytest
@@ -21,7 +18,7 @@ from tether.collab.updates.guard import UpdateGuard
 from tether.protocol.relative_position import RelativePosition, decode_relative_position
 from tether.protocol.update_scan import scan_update
 
-from ..jsclient import TESTS_DIR, require_node
+from ..jsclient import yjs_cursor_cases
 
 
 def _text(text: str) -> dict[str, str]:
@@ -67,19 +64,7 @@ RICH = [
 
 @pytest.fixture(scope="module")
 def positions() -> dict[str, Any]:
-    require_node()
-    node = shutil.which("node")
-    assert node is not None
-    result = subprocess.run(
-        [node, "js/relative_positions.mjs"],
-        cwd=TESTS_DIR,
-        input=json.dumps({"type": "doc", "content": RICH}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    return dict(json.loads(result.stdout))
+    return yjs_cursor_cases(RICH)
 
 
 def _loaded(update: bytes) -> tuple[Doc, UpdateGuard]:

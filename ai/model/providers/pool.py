@@ -1,4 +1,5 @@
-"""Several OpenAI-compatible upstreams (vLLM, llama.cpp's server, Ollama) as one provider.
+"""Several model servers as one provider: OpenAI-compatible upstreams (vLLM, llama.cpp's
+server, Ollama), or several embedded model workers on a many-core host.
 
 A request goes to the upstream its document hashes to (``ring.BoundedRing``, consistent
 hashing with bounded loads): every editor of a document gets the same upstream while it is up
@@ -7,12 +8,13 @@ paragraphs, the same for all its editors) stays in that upstream's prefix cache
 (``cache_prompt`` on llama.cpp's server, automatic prefix caching on vLLM). Each upstream keeps
 its own pool of keep-alive connections (``OpenAIProvider``).
 
-An upstream that cannot be reached, or answers 502/503/504, is marked down and the request goes
-on to the next upstream on the ring before anything was generated, so its editors move with no
-error; a failure after the first piece is the editor's (``provider_error``), as with one
-upstream. A down upstream is asked for its model list every ``health_seconds`` and takes
-requests again once it answers. ``routing="round-robin"`` spreads requests in turn instead
-(the baseline ``tether bench ai --upstreams`` compares against).
+An upstream that cannot be reached, or answers 502/503/504 (a worker that is restarting), is
+marked down and the request goes on to the next upstream on the ring before anything was
+generated, so its editors move with no error; a failure after the first piece is the
+editor's (``provider_error``), as with one upstream. A down upstream is asked whether it is
+healthy (an upstream's model list, a worker's state) every ``health_seconds`` and takes
+requests again once it is. ``routing="round-robin"`` spreads requests in turn instead (the
+baseline ``tether bench ai --upstreams`` compares against).
 """
 
 from __future__ import annotations
@@ -24,16 +26,39 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from ...errors import ProviderUnavailable
+from ...errors import ModelUnavailable, ProviderUnavailable
 from .base import Cancellation, GenerationRequest, Provider
-from .openai import OpenAIProvider, UpstreamDown
+from .openai import UpstreamDown
 from .ring import BoundedRing
 
 log = logging.getLogger(__name__)
 
 ROUTINGS = ("affinity", "round-robin")
+# What says a member cannot take the request now, with nothing generated yet.
+DOWN = (UpstreamDown, ModelUnavailable)
+
+
+class Member(Protocol):
+    """A provider the pool can route to: it names where it is and says whether it is up."""
+
+    name: str
+
+    @property
+    def where(self) -> str: ...
+
+    async def healthy(self) -> bool: ...
+
+    def stream(self, request: GenerationRequest, cancel: Cancellation) -> AsyncIterator[str]: ...
+
+    def warm_hits(self) -> int: ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, *exc: object) -> Any: ...
+
+
 DEFAULT_HEALTH_SECONDS = 5.0
 
 
@@ -45,7 +70,7 @@ def affinity_key(request: GenerationRequest) -> str:
 
 @dataclass
 class Upstream:
-    provider: OpenAIProvider
+    provider: Member
     name: str
     up: bool = True
     in_flight: int = 0
@@ -68,25 +93,29 @@ MAX_REMEMBERED_DOCUMENTS = 4096  # per upstream, for /health's count only
 
 
 class UpstreamPool(Provider):
-    name = "openai"
-
     def __init__(
         self,
-        providers: Sequence[OpenAIProvider],
+        providers: Sequence[Member],
         *,
         routing: str = "affinity",
         health_seconds: float = DEFAULT_HEALTH_SECONDS,
         slack: float = 0.25,
+        concurrency: int = 1,
     ) -> None:
         if not providers:
             raise ValueError("an upstream pool needs at least one upstream")
         if routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {', '.join(ROUTINGS)}, not {routing!r}")
+        # The members' own name (the cache's scope and the metrics' label: "openai", "local").
+        self.name = providers[0].name
         names = [f"{index}:{provider.where}" for index, provider in enumerate(providers)]
         self.upstreams = {name: Upstream(p, name) for name, p in zip(names, providers, strict=True)}
         self.ring = BoundedRing(names, slack=slack)
         self.routing = routing
         self.health_seconds = health_seconds
+        # Generations in flight at once over the pool: ``concurrency`` per member (the
+        # scheduler's workers).
+        self.slots = concurrency * len(providers)
         self._turn = itertools.count()
         self._health_task: asyncio.Task[None] | None = None
 
@@ -118,12 +147,15 @@ class UpstreamPool(Provider):
 
     async def stream(self, request: GenerationRequest, cancel: Cancellation) -> AsyncIterator[str]:
         tried: set[str] = set()
+        last: Exception | None = None
         while True:
             upstream = self.choose(request, tried)
             if upstream is None:
+                if isinstance(last, ModelUnavailable):
+                    raise last  # workers: what the last one said (the model is loading, say)
                 raise ProviderUnavailable(
                     f"no model upstream is up ({len(self.upstreams)} configured, {len(tried)}"
-                    " tried just now)"
+                    f" tried just now){f': {last}' if last is not None else ''}"
                 )
             upstream.in_flight += 1
             upstream.requests += 1
@@ -135,12 +167,13 @@ class UpstreamPool(Provider):
                     started = True
                     yield piece
                 return
-            except UpstreamDown as exc:
+            except DOWN as exc:
                 if started:
                     raise
                 self._mark_down(upstream, exc)
                 upstream.failovers += 1
                 tried.add(upstream.name)
+                last = exc
             finally:
                 upstream.in_flight -= 1
 

@@ -22,8 +22,9 @@ from .base import Cancellation, GenerationRequest, Provider
 class WorkerProvider(Provider):
     name = "local"
 
-    def __init__(self, supervisor: Supervisor) -> None:
+    def __init__(self, supervisor: Supervisor, label: str = "worker") -> None:
         self.supervisor = supervisor
+        self.where = label  # for a pool of several workers (ai.model.providers.pool)
 
     async def __aenter__(self) -> WorkerProvider:
         await self.supervisor.__aenter__()  # returns at once: the worker loads behind
@@ -37,6 +38,10 @@ class WorkerProvider(Provider):
 
     def warm_hits(self) -> int:
         return self.supervisor.warm_hits
+
+    async def healthy(self) -> bool:
+        """Loaded and serving: a pool sends it requests again."""
+        return self.supervisor.state == "ready"
 
 
 class WorkerEmbedder(Embedder):

@@ -1,0 +1,103 @@
+"""Several embedded model workers (``--ai-workers 2``) behind one real server: documents spread
+over both, each on one; when a worker is killed, its documents' next suggestions come from the
+other with no error, and the restarted worker takes its documents back."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.serverproc import ServerProcess
+from tether.ai.model.providers.ring import BoundedRing
+from tether.protocol.ai import SuggestionEnd
+from tether.protocol.client import DocumentHandle, TetherClient
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+TEXTS = [
+    "The harbour master checked the tide tables and",
+    "In the garden the old gardener planted",
+    "Every morning the ferry crossed the bay with",
+    "The lighthouse keeper climbed the stairs and",
+]
+
+
+async def _suggest(doc: DocumentHandle) -> SuggestionEnd:
+    end = None
+    async for message in doc.suggest(max_tokens=3, timeout=60):
+        if isinstance(message, SuggestionEnd):
+            end = message
+    assert end is not None
+    return end
+
+
+def _until(server: ServerProcess, check: Any, timeout: float = 90.0) -> dict[str, Any]:
+    """/health's AI section once ``check`` holds for it (the workers load and restart on their
+    own: there is no event to wait on over the wire)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ai = dict(server.health()["ai"])
+        if check(ai):
+            return ai
+        time.sleep(0.05)
+    raise AssertionError(f"/health never satisfied the check: {server.health()}")
+
+
+def _all_ready(ai: dict[str, Any]) -> bool:
+    workers = ai.get("workers") or []
+    return len(workers) == 2 and all(w["state"] == "ready" for w in workers)
+
+
+async def test_two_workers_share_the_documents_and_cover_for_each_other(tmp_path: Path) -> None:
+    with ServerProcess(
+        tmp_path,
+        ai_provider="local",
+        ai_workers=2,
+        ai_semantic="off",
+        ai_stop="tokens",
+        ai_heal="off",
+        ai_junk_filter="off",
+        ai_cache_entries=0,
+        ai_prefetch_ms=0,
+    ) as server:
+        ai = _until(server, _all_ready)
+        pids = [int(w["worker_pid"]) for w in ai["workers"]]
+        assert len(set(pids)) == 2  # two processes, each with its model
+        ring = BoundedRing(["0:worker-0", "1:worker-1"])
+        homed: dict[str, list[str]] = {"0": [], "1": []}
+        while min(len(found) for found in homed.values()) < 2:
+            name = f"w-{uuid.uuid4().hex[:8]}"
+            home = homed[ring.order(name)[0][0]]
+            if len(home) < 2:
+                home.append(name)
+        names = homed["0"] + homed["1"]
+        async with TetherClient(server.ws_url, token=server.token(["w-*"])) as client:
+            docs = [await client.open(name) for name in names]
+            for doc, text in zip(docs, TEXTS, strict=True):
+                doc.append(text)
+                await doc.wait_acked()
+            with anyio.fail_after(120):
+                for doc in docs:
+                    assert (await _suggest(doc)).reason == "done"
+            before = server.health()["ai"]["upstreams"]
+            assert [(u["requests"], u["documents"]) for u in before] == [(2, 2), (2, 2)]
+            os.kill(pids[0], signal.SIGKILL)
+            with anyio.fail_after(120):
+                for doc in docs:
+                    assert (await _suggest(doc)).reason == "done"  # no error for anyone
+            after = server.health()["ai"]["upstreams"]
+            assert after[1]["requests"] >= before[1]["requests"] + 2
+            # The supervisor restarts the killed worker; the pool's health check takes it back.
+            _until(server, lambda ai: _all_ready(ai) and ai["upstreams"][0]["up"])
+            served = server.health()["ai"]["upstreams"][0]["requests"]
+            with anyio.fail_after(120):
+                for doc in docs[:2]:
+                    assert (await _suggest(doc)).reason == "done"
+            assert server.health()["ai"]["upstreams"][0]["requests"] == served + 2
