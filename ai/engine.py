@@ -33,6 +33,7 @@ from .suggest.accept import AI_ORIGIN, Acceptor
 from .suggest.flights import Flights
 from .suggest.prefetcher import Prefetcher
 from .suggest.records import TEXT_NAME, Flight, Suggestion
+from .suggest.rewarm import Rewarmer
 from .suggest.scheduler import Scheduler
 from .suggest.serving import RequestServer
 from .text.context import ContextBuilder, most_tokens
@@ -78,6 +79,8 @@ class AiEngine:
         self.requests = RequestServer(self.flights, self.builder)
         self.prefetcher = Prefetcher(self.flights, self.builder)
         self.acceptor = Acceptor(self.flights)
+        # Warm states lost with a restarted worker, rebuilt (the wiring adds its listener).
+        self.rewarmer = Rewarmer(self.flights, self.builder)
         # Whether AI works now, for /health and the editors that asked (set by the wiring).
         self.status: StatusBoard | None = None
 

@@ -244,6 +244,8 @@ async def start_engine(
         await stack.enter_async_context(embed_worker)
     engine = build_engine(settings, provider, scheduler, registry, embedder)
     engine.status = build_status(provider, embed_worker)
+    for worker in model_workers(provider):
+        worker.supervisor.add_listener(engine.rewarmer.watch(worker.supervisor))
     stack.callback(engine.close)
     log.info("AI suggestions from the %r provider", provider.name)
     return engine

@@ -71,6 +71,12 @@ class CacheCollector(Collector):
         for outcome in ("started", "completed", "used", "wasted", "skipped"):
             prefetch.add_metric([outcome], engine.stats().get(outcome, 0))
         yield prefetch
+        yield CounterMetricFamily(
+            "tether_ai_rewarmed",
+            "Editors' contexts evaluated again after the model worker restarted, before they"
+            " asked (ai.suggest.rewarm)",
+            value=engine.stats().get("rewarmed", 0),
+        )
         # A count read off the provider at scrape time (a worker restart starts it again at 0,
         # which Prometheus reads as a counter reset).
         yield CounterMetricFamily(

@@ -57,7 +57,11 @@ def owner_of(peer: Peer) -> object:
 def session_of(room: Room, peer: Peer, epoch: int = 0) -> str:
     """The provider's warm-state key for an editor's completions in a document: one per
     (document, editor, context epoch; see ``ContextMemo.epoch``)."""
-    return f"{room.name}\0{peer.peer_id}\0{epoch}"
+    return session_key(room.name, peer.peer_id, epoch)
+
+
+def session_key(document: str, peer_id: int, epoch: int = 0) -> str:
+    return f"{document}\0{peer_id}\0{epoch}"
 
 
 def subject_of(peer: Peer) -> str | None:
@@ -98,7 +102,7 @@ class Flights:
         state = self.rooms.get(room.name)
         if state is None:
             state = self.rooms[room.name] = RoomState(
-                RegionIndex(self._count_tokens), DocumentText(room.settings.rich_fragment)
+                RegionIndex(self._count_tokens), DocumentText(room.settings.rich_fragment), room
             )
         return state
 

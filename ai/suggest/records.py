@@ -87,6 +87,7 @@ class Suggestion:
 class RoomState:
     regions: RegionIndex
     document: DocumentText  # what the AI reads of it, rich or plain
+    room: Room | None = None  # the loaded document this is for
     flights: set[Flight] = field(default_factory=set)  # unfinished ones
     memos: dict[int, ContextMemo] = field(default_factory=dict)  # per editor (peer id)
     pauses: dict[int, Pause] = field(default_factory=dict)  # per editor: typing debounce
