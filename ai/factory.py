@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from .cache.embedder import Embedder
 from .cache.suggestions import CacheSettings, SuggestionCache
 from .engine import AiEngine
 from .metrics import AiMetrics, CacheCollector
+from .model.cpus import parse_cpu_list, pin_this_process
 from .model.providers.base import Provider
 from .model.providers.worker import WorkerEmbedder, WorkerProvider
 from .model.supervisor import Supervisor, SupervisorSettings
@@ -88,6 +90,7 @@ def build_supervisor(settings: Any, *, generate: bool, semantic: bool = True) ->
         "semantic": semantic and wants_embedder(settings),
         "generate": generate,
         "nice": settings.ai_worker_nice,
+        "cpus": sorted(parse_cpu_list(settings.ai_cpus)) if settings.ai_cpus else None,
     }
     return Supervisor(
         SupervisorSettings(
@@ -113,7 +116,16 @@ def build_embedder(settings: Any, provider: Provider) -> tuple[Embedder | None, 
     return WorkerEmbedder(supervisor), supervisor
 
 
-def model_workers(provider: Provider) -> list[WorkerProvider]:
+def _keep_off(ai_cpus: set[int]) -> None:
+    """The server's threads onto the CPUs the model workers do not use (when any are left)."""
+    rest = set(os.sched_getaffinity(0)) - ai_cpus if hasattr(os, "sched_getaffinity") else set()
+    if rest and pin_this_process(rest):
+        log.info("sync on CPUs %s, the model on %s", sorted(rest), sorted(ai_cpus))
+    elif not rest:
+        log.warning("--ai-cpus %s leaves the server no CPU of its own: sharing", sorted(ai_cpus))
+
+
+def model_workers(provider: Provider | None) -> list[WorkerProvider]:
     """The local model's workers: one, several in a pool, or none (an upstream provider)."""
     if isinstance(provider, WorkerProvider):
         return [provider]
@@ -225,6 +237,8 @@ async def start_engine(
     """The AI engine on the configured provider, entered on ``stack``, or None when AI is off.
     Returns at once: the model worker loads behind, and sync serves meanwhile."""
     provider = build_provider(settings)
+    if model_workers(provider) and settings.ai_cpus:
+        _keep_off(parse_cpu_list(settings.ai_cpus))
     if provider is None:
         log.info("AI suggestions are off (--ai-provider none)")
         return None

@@ -181,6 +181,9 @@ class Settings:
     # (0: equal). Measured on 2 vCPUs it does not change fan-out p99 under AI load: that
     # interference is shared caches and memory bandwidth, which no priority removes.
     ai_worker_nice: int = 10
+    # CPUs for the model worker(s), e.g. "2-3": the server then keeps off them, so a model
+    # decoding nonstop cannot take the cores sync runs on ("": share them all).
+    ai_cpus: str = ""
     ai_script: str = ""
     # One upstream, or several separated by commas: requests then stick to an upstream per
     # document (ai.model.providers.pool), moving on when one is down.
@@ -277,6 +280,10 @@ class Settings:
             raise ValueError("ai_semantic_threshold must be in (0, 1]")
         if not 0.0 <= self.ai_prefetch_budget <= 1.0:
             raise ValueError("ai_prefetch_budget must be between 0 and 1")
+        if self.ai_cpus:
+            from tether.ai.model.cpus import parse_cpu_list
+
+            parse_cpu_list(self.ai_cpus)  # raises ValueError, saying what is wrong
         if not 0 <= self.ai_worker_nice <= 19:
             raise ValueError("ai_worker_nice must be between 0 and 19")
         if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1 or self.ai_crash_cooldown <= 0:

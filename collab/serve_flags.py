@@ -326,6 +326,11 @@ GROUPS: tuple[Group, ...] = (
                 "memory for warm per-editor model states, LRU beyond it (a plain number: MiB)",
             ),
             ("ai_worker_nice", "N", "niceness added to the worker so sync wins the cores (0-19)"),
+            (
+                "ai_cpus",
+                "LIST",
+                "CPUs for the model worker, e.g. 2-3; the server keeps to the others",
+            ),
             ("ai_stall_timeout", "SECONDS", "no token for this long: the worker counts as hung"),
             (
                 "ai_crash_limit",

@@ -25,10 +25,17 @@ def split_cpus() -> tuple[set[int], set[int]]:
     return {usable[-1]}, set(usable[:-1])
 
 
+MODEL_WORKER = "tether.ai.model.worker"  # on its own CPUs when the server runs --ai-cpus
+
+
 def pin_process_tree(pid: int, cpus: set[int]) -> None:
-    """Every thread of ``pid`` and of its descendants onto ``cpus``."""
+    """Every thread of ``pid`` and of its descendants onto ``cpus``; not a model worker that
+    has CPUs of its own (``--ai-cpus``)."""
     root = psutil.Process(pid)
     for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            if MODEL_WORKER in process.cmdline() and '"cpus": [' in " ".join(process.cmdline()):
+                continue
         with contextlib.suppress(psutil.Error):
             for thread in process.threads():
                 with contextlib.suppress(ProcessLookupError, PermissionError):

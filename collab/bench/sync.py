@@ -50,7 +50,7 @@ from tether.protocol.yws import YSync
 
 from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
-from .pinning import pinned
+from .pinning import pinned, split_cpus
 
 # Editors on the JS yjs library (--driver js), in the checkout this tether runs from.
 JS_DRIVER = Path(__file__).resolve().parents[2] / "tests" / "js" / "bench_sync_driver.mjs"
@@ -515,6 +515,10 @@ def _run_against_own_server(args: argparse.Namespace, transport: str = "ws") -> 
         ai: dict[str, object] = {"ai_provider": "none"}
         if args.with_ai:
             ai = {"ai_provider": "local", **PRODUCT_AI}
+            if args.pin:
+                # The model on the driver's CPUs, not the server's: how a deployment with
+                # the cores for it partitions them (--ai-cpus).
+                ai["ai_cpus"] = ",".join(str(cpu) for cpu in sorted(split_cpus()[1]))
         # Every editor is a socket from 127.0.0.1: lift the per-address limit for this run.
         proc = ServerProcess(
             Path(data_dir),

@@ -49,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
         # Sync before suggestions when the cores are contended: the model yields to the
         # process that holds the sockets, and takes all the CPU it likes otherwise.
         os.nice(config.nice)
+    if config.cpus:
+        from ..cpus import pin_this_process
+
+        pin_this_process(set(config.cpus))  # cores of its own; fails soft (logged)
     faults = Faults.parse(os.environ.get(ENV, ""))
     channel = socket.socket(fileno=args.fd)
     return asyncio.run(_serve(config, faults, channel))

@@ -59,6 +59,7 @@ class WorkerConfig:
     # False: only the embedder lives here (the suggestions come from an upstream provider).
     generate: bool = True
     nice: int = 10  # scheduling niceness added to the worker's (0: as the server's)
+    cpus: list[int] | None = None  # the CPUs it runs on (--ai-cpus); None: the server's
 
     @classmethod
     def from_json(cls, body: dict[str, Any]) -> WorkerConfig:

@@ -1,0 +1,58 @@
+"""CPU lists (``"0,2-3"``) and putting a process's threads on them: the model worker on cores
+of its own, the server on the rest (``--ai-cpus``). Linux; anything else leaves CPUs alone."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    """``"0,2-3"`` → {0, 2, 3}; ValueError (safe to show) for anything else."""
+    cpus: set[int] = set()
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        first, dash, last = part.partition("-")
+        if not first.isdigit() or (dash and not last.isdigit()):
+            raise ValueError(f"not a CPU list: {text[:64]!r} (e.g. '1' or '0,2-3')")
+        low, high = int(first), int(last or first)
+        if high < low or high > 4095:
+            raise ValueError(f"not a CPU range: {part!r}")
+        cpus.update(range(low, high + 1))
+    if not cpus:
+        raise ValueError("an empty CPU list")
+    return cpus
+
+
+def pin_this_process(cpus: set[int]) -> bool:
+    """Every thread of this process onto ``cpus`` (threads started later inherit it). False,
+    changing nothing, where that cannot be done (not Linux, CPUs this process may not use)."""
+    if not hasattr(os, "sched_setaffinity"):
+        return False
+    usable = os.sched_getaffinity(0)
+    if not cpus or not cpus <= usable | cpus_online():
+        log.warning("cannot pin to CPUs %s (this process may use %s)", sorted(cpus), sorted(usable))
+        return False
+    try:
+        tids = [int(name) for name in os.listdir("/proc/self/task")]
+    except OSError:
+        tids = [0]
+    for tid in tids:
+        try:
+            os.sched_setaffinity(tid, cpus)
+        except (ProcessLookupError, PermissionError, OSError) as exc:
+            if tid == 0 or tid == os.getpid():
+                log.warning("cannot pin to CPUs %s: %s", sorted(cpus), exc)
+                return False
+    return True
+
+
+def cpus_online() -> set[int]:
+    try:
+        return parse_cpu_list(Path("/sys/devices/system/cpu/online").read_text().strip())
+    except (OSError, ValueError):
+        return set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
