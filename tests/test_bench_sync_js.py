@@ -6,7 +6,11 @@ Hocuspocus: every edit reaches every other editor of its document once, every ed
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
+
+import anyio
+import pytest
 
 from tests.jsclient import require_node
 from tether.collab.cli import main
@@ -46,3 +50,48 @@ def test_js_editors_drive_hocuspocus_side_by_side(tmp_path: Path) -> None:
         assert len(runs) == 1 and runs[0]["errors"] == 0, label
         assert runs[0]["updates_sent"] >= 6 * 5 * 2 * 0.8, label
     assert isinstance(result["ratios"], dict) and result["ratios"]
+
+
+EXTENSION = Path(__file__).parent / "node_modules" / "@hocuspocus" / "extension-sqlite"
+NO_EXTENSION = "@hocuspocus/extension-sqlite is not installed (better-sqlite3 did not build)"
+
+
+def test_the_durable_hocuspocus_takes_the_same_load(tmp_path: Path) -> None:
+    """``--compare hocuspocus-sqlite``: Hocuspocus with its SQLite extension (an optional npm
+    dependency: it compiles better-sqlite3) takes the same load; skipped, saying why, where npm
+    could not build it."""
+    if not EXTENSION.is_dir():
+        pytest.skip(NO_EXTENSION)
+    result = run(tmp_path, "--compare", "hocuspocus-sqlite", "--reps", "1")
+    assert result["error_count"] == 0, result["errors"]
+    reps = result["reps"]
+    assert isinstance(reps, dict) and "hocuspocus-sqlite" in reps
+    durable = reps["hocuspocus-sqlite"][0]
+    assert durable["errors"] == 0 and durable["updates_sent"] >= 6 * 5 * 2 * 0.8
+
+
+@pytest.mark.anyio
+async def test_the_durable_hocuspocus_stores_what_an_editor_typed() -> None:
+    """What makes it the durable peer: the typed text reaches its SQLite file (debounced)."""
+    if not EXTENSION.is_dir():
+        pytest.skip(NO_EXTENSION)
+    from tether.collab.bench.hocuspocus import HocuspocusProcess
+    from tether.protocol.client import TetherClient
+
+    with HocuspocusProcess(durable=True) as hocuspocus:
+        assert hocuspocus.database is not None
+        async with TetherClient(hocuspocus.ws_url, token="any", reconnect=False) as client:
+            doc = await client.open("stored-doc")
+            doc.append("kept on disk")
+            await doc.wait_synced()
+            with anyio.fail_after(20):
+                while not _stored(hocuspocus.database, "stored-doc"):
+                    await anyio.sleep(0.1)  # the extension stores on its own debounce timer
+
+
+def _stored(database: Path, name: str) -> bool:
+    if not database.exists():
+        return False
+    with sqlite3.connect(database) as db:
+        rows = db.execute("SELECT data FROM documents WHERE name = ?", (name,)).fetchall()
+    return bool(rows) and len(rows[0][0]) > 10

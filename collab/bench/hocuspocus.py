@@ -1,7 +1,10 @@
 """Runs the reference Hocuspocus server (``tests/js/hocuspocus_server.mjs``: stock Hocuspocus 4,
-no extensions, no storage) as a subprocess on a free loopback port, for side-by-side benches.
+no storage; or ``durable``, with its SQLite extension) as a subprocess on a free loopback port,
+for side-by-side benches.
 
-Needs ``node`` on PATH and the npm packages in ``tests/node_modules`` (``.ci/setup --dev``).
+Needs ``node`` on PATH and the npm packages in ``tests/node_modules`` (``.ci/setup --dev``); the
+durable one also the optional ``@hocuspocus/extension-sqlite`` (it compiles better-sqlite3: where
+that failed, npm left it out, and this says so).
 """
 
 from __future__ import annotations
@@ -21,13 +24,20 @@ SCRIPT = Path("tests") / "js" / "hocuspocus_server.mjs"
 class HocuspocusProcess:
     """``with HocuspocusProcess() as server:`` — listening on 127.0.0.1; stopped on exit."""
 
-    def __init__(self, repo: Path = REPO) -> None:
+    def __init__(self, repo: Path = REPO, *, durable: bool = False) -> None:
         self.repo = repo
+        self.durable = durable
+        self._data = tempfile.TemporaryDirectory(prefix="hocuspocus-") if durable else None
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
         # Its output goes to a file, not a pipe: nothing reads a pipe once it listens, and a
         # full pipe would stall the server under measurement.
         self._log = tempfile.NamedTemporaryFile(prefix="hocuspocus-", suffix=".log")
+
+    @property
+    def database(self) -> Path | None:
+        """The durable one's SQLite file."""
+        return Path(self._data.name) / "hocuspocus.sqlite" if self._data is not None else None
 
     @property
     def ws_url(self) -> str:
@@ -42,8 +52,17 @@ class HocuspocusProcess:
                 f"{self.repo / 'tests' / 'node_modules'} lacks @hocuspocus/server"
                 " (run .ci/setup --dev, or npm ci in tests/)"
             )
+        command = [node, str(SCRIPT), "--port", str(self.port)]
+        if self._data is not None:
+            extension = self.repo / "tests" / "node_modules" / "@hocuspocus" / "extension-sqlite"
+            if not extension.is_dir():
+                raise RuntimeError(
+                    "the durable Hocuspocus needs the optional @hocuspocus/extension-sqlite in"
+                    " tests/node_modules (npm leaves it out where better-sqlite3 cannot compile)"
+                )
+            command += ["--sqlite", str(self.database)]
         self.proc = subprocess.Popen(
-            [node, str(SCRIPT), "--port", str(self.port)],
+            command,
             cwd=self.repo,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -77,6 +96,8 @@ class HocuspocusProcess:
     def stop(self) -> None:
         terminate_process(self.proc)
         self._log.close()
+        if self._data is not None:
+            self._data.cleanup()
 
     def __enter__(self) -> HocuspocusProcess:
         return self.start()

@@ -89,9 +89,10 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
         "--compare",
         default=None,
         metavar="TARGETS",
-        help="comma-separated: 'hocuspocus' and/or paths of other tether checkouts (git"
-        " worktrees); each rep starts a fresh server per target, this checkout's included, in"
-        " turn, and reports medians and this checkout's ratios (collab.bench.sync_compare)",
+        help="comma-separated: 'hocuspocus', 'hocuspocus-sqlite' (persisting with its SQLite"
+        " extension) and/or paths of other tether checkouts (git worktrees); each rep starts a"
+        " fresh server per target, this checkout's included, in turn, and reports medians"
+        " and this checkout's ratios (collab.bench.sync_compare)",
     )
     parser.add_argument("--reps", type=int, default=4, help="reps per target with --compare")
     parser.add_argument("--png", dest="png_out", default=None, help="--compare: plot here")

@@ -2,12 +2,14 @@
 servers, side by side in one run, so that ratios survive a noisy machine.
 
 Targets: this checkout's tether (always, first), ``hocuspocus`` (``tests/js/hocuspocus_server.mjs``
-on Node), and any other tether checkout given by path (a git worktree of an older commit: the
-"before" build; its own code runs, from its directory). Each rep starts a fresh server per
-target, drives it with ``collab.bench.sync.drive`` and stops it; the targets take turns, in an
-order that rotates each rep, so drift in the machine's load spreads over all of them. Reported:
-per target the median over reps of server CPU s per 1000 edits, fan-out and ack p50/p99, and
-this checkout's ratio to each other target; every rep's figures too. A benchmark, not a test.
+on Node), ``hocuspocus-sqlite`` (the same with Hocuspocus's SQLite extension: a peer that
+persists, debounced), and any other tether checkout given by path (a git worktree of an older
+commit: the "before" build; its own code runs, from its directory). Each rep starts a fresh
+server per target, drives it with ``collab.bench.sync.drive`` and stops it; the targets take
+turns, in an order that rotates each rep, so drift in the machine's load spreads over all of
+them. Reported: per target the median over reps of server CPU s per 1000 edits, fan-out and ack
+p50/p99, and this checkout's ratio to each other target; every rep's figures too. A benchmark,
+not a test.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from .pinning import pinned
 from .sync import drive
 
 HOCUSPOCUS = "hocuspocus"
+HOCUSPOCUS_SQLITE = "hocuspocus-sqlite"
 
 # Figures compared, as (name in the summary, how to read it from one drive's result).
 _FIGURES: dict[str, tuple[str, str | None]] = {
@@ -42,6 +45,7 @@ _FIGURES: dict[str, tuple[str, str | None]] = {
 class Target:
     label: str
     repo: Path | None  # None: Hocuspocus
+    durable: bool = False  # Hocuspocus with its SQLite extension
 
 
 def parse_targets(compare: str) -> list[Target]:
@@ -50,12 +54,15 @@ def parse_targets(compare: str) -> list[Target]:
     for raw in (part.strip() for part in compare.split(",")):
         if not raw:
             continue
-        if raw == HOCUSPOCUS:
-            targets.append(Target(HOCUSPOCUS, None))
+        if raw in (HOCUSPOCUS, HOCUSPOCUS_SQLITE):
+            targets.append(Target(raw, None, durable=raw == HOCUSPOCUS_SQLITE))
             continue
         repo = Path(raw).expanduser().resolve()
         if not (repo / "collab" / "cli.py").is_file():
-            raise SystemExit(f"--compare: {raw} is neither 'hocuspocus' nor a tether checkout")
+            raise SystemExit(
+                f"--compare: {raw} is neither 'hocuspocus', 'hocuspocus-sqlite' nor a tether"
+                " checkout"
+            )
         targets.append(Target(repo.name, repo))
     labels = [t.label for t in targets]
     if len(set(labels)) != len(labels):
@@ -86,7 +93,7 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
 def _run_one(args: argparse.Namespace, target: Target) -> dict[str, Any]:
     own = copy.copy(args)
     if target.repo is None:
-        with HocuspocusProcess() as hocuspocus:
+        with HocuspocusProcess(durable=target.durable) as hocuspocus:
             assert hocuspocus.proc is not None
             own.server_pid = hocuspocus.proc.pid
             with pinned(own.server_pid, args.pin):
