@@ -27,7 +27,7 @@ from tether.protocol.ai import (
 from ..cache.suggestions import CacheQuery, SuggestionCache, embedding_text
 from ..errors import AiError, BadRequest, ModelUnavailable
 from ..metrics import AiMetrics
-from ..model.providers.base import GenerationRequest, Provider
+from ..model.providers.base import Cancellation, GenerationRequest, Provider
 from ..text.regions import RegionIndex
 from .document_text import DocumentText
 from .generation import run_generation, screening, shaping
@@ -381,6 +381,21 @@ class Flights:
             self.end(flight, "cancelled")
 
     # ---- background work --------------------------------------------------------------------
+
+    async def warm_up(self, prompt: BuiltPrompt, session: str) -> None:
+        """Have the model evaluate ``prompt`` into the warm state ``session`` (one token is
+        generated and dropped: the evaluation is the point), at background priority."""
+        request = GenerationRequest(
+            prompt=prompt.text, session=session, max_tokens=1, stop=prompt.stop, background=True
+        )
+        cancel = Cancellation()
+        pieces = self.provider.stream(request, cancel)
+        try:
+            async for _ in pieces:
+                pass
+        finally:
+            cancel.cancel()
+            await pieces.aclose()
 
     def embed_later(self, text: str, entry: int | None) -> None:
         """Embed ``text`` in the background (bounded); give cache entry ``entry`` the vector."""

@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from ..errors import AiError
-from ..model.providers.base import Cancellation, GenerationRequest
 from ..text.context import ContextBuilder, ContextMemo
 from .flights import owner_of, session_of, subject_of
 from .records import RoomState
@@ -101,24 +100,13 @@ class Refresher:
         if not fresh.refreshes(live):
             return False  # it moved to another paragraph: its next request rebuilds anyway
         fresh.epoch = live.epoch + 1
-        request = GenerationRequest(
-            prompt=prompt.text,
-            session=session_of(room, peer, fresh.epoch),
-            max_tokens=1,  # the prompt's evaluation is the point; one token ends it
-            stop=prompt.stop,
-            background=True,
-        )
+        session = session_of(room, peer, fresh.epoch)
 
         async def evaluate() -> None:
             began = loop.time()
-            cancel = Cancellation()
-            pieces = flights.provider.stream(request, cancel)
             try:
-                async for _ in pieces:
-                    pass
+                await flights.warm_up(prompt, session)
             finally:
-                cancel.cancel()
-                await pieces.aclose()
                 flights.budget.record(began, loop.time())
 
         try:

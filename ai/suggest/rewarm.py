@@ -16,7 +16,6 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..errors import AiError
-from ..model.providers.base import Cancellation, GenerationRequest
 from ..text.context import ContextBuilder
 from .flights import session_key
 from .scheduler import PREFETCH
@@ -80,23 +79,10 @@ class Rewarmer:
         cursor = where + len(anchor.typed(text) or "")
         # As the editor's next request builds it (the same memo: the same warm-state key).
         prompt = self.builder.complete(state.regions, text, cursor, memo, refresh=False)
-        request = GenerationRequest(
-            prompt=prompt.text,
-            session=session_key(room.name, peer_id, memo.epoch),
-            max_tokens=1,  # evaluating the prompt is the point; one token ends it
-            stop=prompt.stop,
-            background=True,
-        )
+        session = session_key(room.name, peer_id, memo.epoch)
 
         async def evaluate() -> None:
-            cancel = Cancellation()
-            pieces = flights.provider.stream(request, cancel)
-            try:
-                async for _ in pieces:
-                    pass
-            finally:
-                cancel.cancel()
-                await pieces.aclose()
+            await flights.warm_up(prompt, session)
             flights.prefetch_counts["rewarmed"] += 1
 
         try:
