@@ -81,60 +81,47 @@ def require_node() -> None:
         raise RuntimeError(NODE_MODULES_MISSING)
 
 
-def yjs_applied(updates: Sequence[bytes]) -> dict[str, Any]:
-    """What one fresh ``Y.Doc`` in Node became after ``updates``, in order
-    (``tests/js/apply_updates.mjs``): its text, map, state vector (base64) and ``pending``."""
+def run_node_script(args: list[str], stdin: str) -> str:
+    """Run ``node js/<script> args...`` in tests/ with ``stdin``; its stdout. Raises with the
+    script's stderr when it fails."""
     require_node()
     node = shutil.which("node")
     assert node is not None
     result = subprocess.run(
-        [node, "js/apply_updates.mjs"],
-        cwd=TESTS_DIR,
-        input=json.dumps([base64.b64encode(update).decode() for update in updates]),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+        [node, *args], cwd=TESTS_DIR, input=stdin, capture_output=True, text=True, timeout=60
     )
-    return dict(json.loads(result.stdout))
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def yjs_applied(updates: Sequence[bytes]) -> dict[str, Any]:
+    """What one fresh ``Y.Doc`` in Node became after ``updates``, in order
+    (``tests/js/apply_updates.mjs``): its text, map, state vector (base64) and ``pending``."""
+    stdout = run_node_script(
+        ["js/apply_updates.mjs"],
+        json.dumps([base64.b64encode(update).decode() for update in updates]),
+    )
+    return dict(json.loads(stdout))
 
 
 def tiptap_document(content: list[dict[str, Any]], fragment: str = "default") -> bytes:
     """A Yjs update of a rich document as a Tiptap editor writes it: ProseMirror JSON blocks
     (``content`` of a ``doc``) through Tiptap's StarterKit schema and y-prosemirror
     (``tests/js/rich_doc.mjs``) into the Y.XmlFragment ``fragment``."""
-    require_node()
-    node = shutil.which("node")
-    assert node is not None
-    result = subprocess.run(
-        [node, "js/rich_doc.mjs", fragment],
-        cwd=TESTS_DIR,
-        input=json.dumps({"type": "doc", "content": content}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    stdout = run_node_script(
+        ["js/rich_doc.mjs", fragment], json.dumps({"type": "doc", "content": content})
     )
-    return base64.b64decode(result.stdout)
+    return base64.b64decode(stdout)
 
 
 def tiptap_reads(update: bytes, fragment: str = "default") -> dict[str, Any]:
     """The ProseMirror JSON a Tiptap editor makes of a document's fragment (y-prosemirror with
     Tiptap's StarterKit schema, ``tests/js/rich_doc.mjs --read``); raises if the schema does
     not allow what the fragment holds."""
-    require_node()
-    node = shutil.which("node")
-    assert node is not None
-    result = subprocess.run(
-        [node, "js/rich_doc.mjs", "--read", fragment],
-        cwd=TESTS_DIR,
-        input=base64.b64encode(update).decode(),
-        capture_output=True,
-        text=True,
-        timeout=60,
+    stdout = run_node_script(
+        ["js/rich_doc.mjs", "--read", fragment], base64.b64encode(update).decode()
     )
-    assert result.returncode == 0, result.stderr[-2000:]
-    return dict(json.loads(result.stdout))
+    return dict(json.loads(stdout))
 
 
 class EditorExitedError(RuntimeError):
@@ -481,35 +468,18 @@ def yjs_anchors(update: bytes, at: list[tuple[list[int], int, int]]) -> list[str
     """Relative positions (base64) the real Yjs makes at places of a document's fragment
     ``default``: (path of child indexes to a ``Y.XmlText``, UTF-16 index, assoc) each
     (``tests/js/relative_positions.mjs --at``)."""
-    require_node()
-    node = shutil.which("node")
-    assert node is not None
-    result = subprocess.run(
-        [node, "js/relative_positions.mjs", "--at"],
-        cwd=TESTS_DIR,
-        input=json.dumps({"update": base64.b64encode(update).decode(), "at": at}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    stdout = run_node_script(
+        ["js/relative_positions.mjs", "--at"],
+        json.dumps({"update": base64.b64encode(update).decode(), "at": at}),
     )
-    return list(json.loads(result.stdout))
+    return list(json.loads(stdout))
 
 
 def yjs_cursor_cases(content: list[dict[str, Any]]) -> dict[str, Any]:
     """A Tiptap document built from ProseMirror JSON blocks, edited concurrently by two more
     clients, with every cursor y-prosemirror makes in it and where Yjs resolves each
     (``tests/js/relative_positions.mjs``: its header says the shape)."""
-    require_node()
-    node = shutil.which("node")
-    assert node is not None
-    result = subprocess.run(
-        [node, "js/relative_positions.mjs"],
-        cwd=TESTS_DIR,
-        input=json.dumps({"type": "doc", "content": content}),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+    stdout = run_node_script(
+        ["js/relative_positions.mjs"], json.dumps({"type": "doc", "content": content})
     )
-    return dict(json.loads(result.stdout))
+    return dict(json.loads(stdout))

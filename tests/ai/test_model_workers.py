@@ -7,35 +7,17 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.ai.model_servers import TEXTS, homed_documents, suggest_to_the_end
 from tests.serverproc import ServerProcess
-from tether.ai.model.providers.ring import BoundedRing
-from tether.protocol.ai import SuggestionEnd
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.client import TetherClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
-
-TEXTS = [
-    "The harbour master checked the tide tables and",
-    "In the garden the old gardener planted",
-    "Every morning the ferry crossed the bay with",
-    "The lighthouse keeper climbed the stairs and",
-]
-
-
-async def _suggest(doc: DocumentHandle) -> SuggestionEnd:
-    end = None
-    async for message in doc.suggest(max_tokens=3, timeout=60):
-        if isinstance(message, SuggestionEnd):
-            end = message
-    assert end is not None
-    return end
 
 
 def _until(server: ServerProcess, check: Any, timeout: float = 90.0) -> dict[str, Any]:
@@ -70,14 +52,8 @@ async def test_two_workers_share_the_documents_and_cover_for_each_other(tmp_path
         ai = _until(server, _all_ready)
         pids = [int(w["worker_pid"]) for w in ai["workers"]]
         assert len(set(pids)) == 2  # two processes, each with its model
-        ring = BoundedRing(["0:worker-0", "1:worker-1"])
-        homed: dict[str, list[str]] = {"0": [], "1": []}
-        while min(len(found) for found in homed.values()) < 2:
-            name = f"w-{uuid.uuid4().hex[:8]}"
-            home = homed[ring.order(name)[0][0]]
-            if len(home) < 2:
-                home.append(name)
-        names = homed["0"] + homed["1"]
+        # Two documents homed on each (the pool's ring, with the pool's member names).
+        names = homed_documents(["0:worker-0", "1:worker-1"], 2, "w-")
         async with TetherClient(server.ws_url, token=server.token(["w-*"])) as client:
             docs = [await client.open(name) for name in names]
             for doc, text in zip(docs, TEXTS, strict=True):
@@ -85,13 +61,13 @@ async def test_two_workers_share_the_documents_and_cover_for_each_other(tmp_path
                 await doc.wait_acked()
             with anyio.fail_after(120):
                 for doc in docs:
-                    assert (await _suggest(doc)).reason == "done"
+                    assert (await suggest_to_the_end(doc)).reason == "done"
             before = server.health()["ai"]["upstreams"]
             assert [(u["requests"], u["documents"]) for u in before] == [(2, 2), (2, 2)]
             os.kill(pids[0], signal.SIGKILL)
             with anyio.fail_after(120):
                 for doc in docs:
-                    assert (await _suggest(doc)).reason == "done"  # no error for anyone
+                    assert (await suggest_to_the_end(doc)).reason == "done"  # no error for anyone
             after = server.health()["ai"]["upstreams"]
             assert after[1]["requests"] >= before[1]["requests"] + 2
             # The supervisor restarts the killed worker; the pool's health check takes it back.
@@ -99,5 +75,5 @@ async def test_two_workers_share_the_documents_and_cover_for_each_other(tmp_path
             served = server.health()["ai"]["upstreams"][0]["requests"]
             with anyio.fail_after(120):
                 for doc in docs[:2]:
-                    assert (await _suggest(doc)).reason == "done"
+                    assert (await suggest_to_the_end(doc)).reason == "done"
             assert server.health()["ai"]["upstreams"][0]["requests"] == served + 2

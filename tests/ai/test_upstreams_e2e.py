@@ -6,37 +6,20 @@ no error."""
 from __future__ import annotations
 
 import importlib.util
-import uuid
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from tests.ai.model_servers import TEXTS, homed_documents, suggest_to_the_end
 from tests.llama_upstream import LlamaServer, missing_modules
 from tests.serverproc import ServerProcess
-from tether.ai.model.providers.ring import BoundedRing
-from tether.protocol.ai import SuggestionEnd
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.client import TetherClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ALIAS = "smollm2-q4_0"
-TEXTS = [
-    "The harbour master checked the tide tables and",
-    "In the garden the old gardener planted",
-    "Every morning the ferry crossed the bay with",
-    "The lighthouse keeper climbed the stairs and",
-]
-
-
-async def _suggest(doc: DocumentHandle) -> SuggestionEnd:
-    end = None
-    async for message in doc.suggest(max_tokens=3, timeout=60):
-        if isinstance(message, SuggestionEnd):
-            end = message
-    assert end is not None
-    return end
 
 
 def _upstreams(server: ServerProcess) -> list[dict[str, Any]]:
@@ -68,15 +51,10 @@ async def test_documents_spread_over_two_model_servers_and_survive_one_dying(
             ai_prefetch_ms=0,
         ) as server,
     ):
-        # Two documents homed on each server (the pool's ring, with the pool's upstream names).
-        ring = BoundedRing([f"0:127.0.0.1:{first.port}", f"1:127.0.0.1:{second.port}"])
-        homed: dict[str, list[str]] = {"0": [], "1": []}
-        while min(len(found) for found in homed.values()) < 2:
-            name = f"up-{uuid.uuid4().hex[:8]}"
-            home = homed[ring.order(name)[0][0]]
-            if len(home) < 2:
-                home.append(name)
-        names = homed["0"] + homed["1"]
+        # Two documents homed on each (the pool's ring, with the pool's member names).
+        names = homed_documents(
+            [f"0:127.0.0.1:{first.port}", f"1:127.0.0.1:{second.port}"], 2, "up-"
+        )
         async with TetherClient(server.ws_url, token=server.token(["up-*"])) as client:
             docs = [await client.open(name) for name in names]
             for doc, text in zip(docs, TEXTS, strict=True):
@@ -85,7 +63,7 @@ async def test_documents_spread_over_two_model_servers_and_survive_one_dying(
             with anyio.fail_after(240):
                 for _ in range(2):
                     for doc in docs:
-                        assert (await _suggest(doc)).reason == "done"
+                        assert (await suggest_to_the_end(doc)).reason == "done"
             before = _upstreams(server)
             assert [u["up"] for u in before] == [True, True]
             # Each document stayed on its home server, in both rounds.
@@ -93,7 +71,7 @@ async def test_documents_spread_over_two_model_servers_and_survive_one_dying(
             first.stop()
             with anyio.fail_after(240):
                 for doc in docs:
-                    assert (await _suggest(doc)).reason == "done"  # no error for anyone
+                    assert (await suggest_to_the_end(doc)).reason == "done"  # no error for anyone
             after = _upstreams(server)
             assert after[0]["up"] is False and after[0]["failovers"] >= 1
             assert after[1]["requests"] == before[1]["requests"] + len(docs)
