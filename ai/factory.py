@@ -55,6 +55,7 @@ def build_provider(settings: Any) -> Provider | None:
                 api_key=settings.openai_api_key,
                 api=settings.openai_api,
                 timeout=settings.ai_timeout,
+                logprobs=settings.ai_stop == "sure",
             )
             for url in urls
         ]
@@ -74,6 +75,7 @@ def build_provider(settings: Any) -> Provider | None:
             delay=float(script.get("delay", 0.0)),
             fail_with=script.get("fail"),
             replies=script.get("replies"),
+            confidences=script.get("confidences"),
         )
     raise ValueError(f"unknown ai provider {kind!r}")
 
@@ -195,7 +197,9 @@ def build_engine(
         AiSettings(
             default_max_tokens=settings.ai_max_tokens,
             stop_rule=settings.ai_stop,
+            sure=settings.ai_sure,
             heal=settings.ai_heal == "on",
+            must_start=settings.ai_start == "on",
             junk_filter=settings.ai_junk_filter == "on",
             coalesce_seconds=settings.ai_coalesce_ms / 1000,
             request_timeout=settings.ai_timeout,

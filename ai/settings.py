@@ -11,7 +11,10 @@ class AiSettings:
     # Completions (not rewrites): how long (ai.text.stopping's rules) and whether the prompt is
     # healed; the defaults are what tether bench quality found acceptable most often.
     stop_rule: str = "word"
+    sure: float = 0.5  # the sure rule's threshold (ai.text.stopping.sure_cut)
     heal: bool = True
+    # The model may not stop before a word (at sentence and paragraph ends it would).
+    must_start: bool = True
     # Completions are held back until known not to be junk (ai.text.junk), and junk ends them
     # with reason "junk:<kind>" instead of being shown.
     junk_filter: bool = True

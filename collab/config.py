@@ -152,6 +152,12 @@ class Settings:
     # tether bench quality found acceptable 4x as often as 24 tokens (docs/ai.md).
     ai_stop: str = "word"
     ai_heal: str = "on"
+    # At a sentence or paragraph end the model may not stop before it has written a word
+    # (issue 28: SmolLM2 answered nothing there 96% of the time).
+    ai_start: str = "on"
+    # --ai-stop sure: words after the first are kept while each token's probability is at
+    # least this.
+    ai_sure: float = 0.5
     # Completions are held back until known not to be junk (empty, an echo, a loop, another
     # script, chat talk: ai/text/junk.py); junk ends them with reason junk:<kind>, unshown.
     ai_junk_filter: str = "on"
@@ -280,6 +286,8 @@ class Settings:
             raise ValueError("ai_semantic_threshold must be in (0, 1]")
         if not 0.0 <= self.ai_prefetch_budget <= 1.0:
             raise ValueError("ai_prefetch_budget must be between 0 and 1")
+        if not 0.0 < self.ai_sure <= 1.0:
+            raise ValueError("ai_sure must be above 0 and at most 1")
         if self.ai_cpus:
             from tether.ai.model.cpus import parse_cpu_list
 
@@ -343,8 +351,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "ai_provider": ("local", "openai", "scripted", "none"),
     "ai_quant": ("q4_0", "shipped"),
     "ai_semantic": ("on", "off"),
-    "ai_stop": ("word", "phrase", "sentence", "tokens"),
+    "ai_stop": ("word", "phrase", "sentence", "sure", "tokens"),
     "ai_heal": ("on", "off"),
+    "ai_start": ("on", "off"),
     "ai_junk_filter": ("on", "off"),
     "openai_api": ("chat", "completions"),
     "ai_routing": ("affinity", "round-robin"),

@@ -276,10 +276,12 @@ GROUPS: tuple[Group, ...] = (
             (
                 "ai_stop",
                 ONE_OF,
-                "completions stop after a word, a phrase (<=4 words), a sentence, or at"
-                " --ai-max-tokens",
+                "completions stop after a word, a phrase (<=4 words), a sentence, the words"
+                " the model is sure of (--ai-sure), or at --ai-max-tokens",
             ),
+            ("ai_sure", "P", "'sure' keeps words after the first while each token's p >= P"),
             ("ai_heal", ONE_OF, "'on': prompts end before the typed space, the model writes it"),
+            ("ai_start", ONE_OF, "'on': the model may not stop before a word at sentence ends"),
             ("ai_junk_filter", ONE_OF, "'on': junk completions (echo, loop, ...) end unshown"),
             ("ai_timeout", "SECONDS", "a suggestion taking longer fails"),
             ("ai_coalesce_ms", "MS", "streamed text is sent at most this often after the first"),

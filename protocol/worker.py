@@ -29,12 +29,12 @@ READY = "ready"  # {model, path, quant, threads, load_ms, selftest_ms}: generati
 FAILED = "failed"  # {stage, reason}: loading or the self-test failed; the worker exits
 EMBEDDER = "embedder"  # {state: "ready"|"failed", reason}: the embedding model's fate
 # server → worker
-GENERATE = "generate"  # {id, prompt, session, max_tokens, stop, cold}
+GENERATE = "generate"  # {id, prompt, session, max_tokens, stop, cold, ..., must_start}
 CANCEL = "cancel"  # {id}: stop generating within one token (no reply beyond the usual done)
 EMBED = "embed"  # {id, texts}
 PING = "ping"  # {id}
 # worker → server, replies
-TOKEN = "token"  # {id, text}
+TOKEN = "token"  # {id, text, p}: p, the model's confidence in the text (or null)
 PROGRESS = "progress"  # {id}: still working (prompt evaluation), no text yet
 DONE = "done"  # {id, pieces, warm_hits}
 ERROR = "error"  # {id, message}

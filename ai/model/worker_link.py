@@ -43,7 +43,7 @@ from tether.protocol.worker import (
 )
 
 from ..errors import BadRequest, ModelUnavailable, ProviderError
-from .providers.base import GenerationRequest
+from .providers.base import GenerationRequest, Piece
 from .worker.contract import LOG_MARK, OUT_OF_MEMORY_EXIT
 
 log = logging.getLogger("ai.worker")
@@ -145,6 +145,7 @@ class WorkerLink:
                 repeat_penalty=request.repeat_penalty,
                 seed=request.seed,
                 background=request.background,
+                must_start=request.must_start,
             )
         except ValueError as exc:
             # Refused before anything is registered: no orphaned stream for the stall
@@ -251,7 +252,7 @@ class WorkerLink:
         if op in (TOKEN, PROGRESS, DONE, ERROR) and stream is not None:
             stream.last_activity = time.monotonic()
             if op == TOKEN:
-                stream.events.put_nowait((TOKEN, str(frame.header.get("text", ""))))
+                stream.events.put_nowait((TOKEN, _piece(frame.header)))
             elif op == DONE:
                 self.warm_hits = int(frame.header.get("warm_hits", self.warm_hits))
                 self._end_stream(stream, (DONE, int(frame.header.get("pieces", 0))))
@@ -358,3 +359,12 @@ def worker_environment(threads: int) -> dict[str, str]:
         env.setdefault(name, str(threads))
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     return env
+
+
+def _piece(header: dict[str, Any]) -> Piece:
+    """A TOKEN frame's text with its confidence; a confidence that is not a probability is
+    dropped (the worker is trusted code, but a number it got wrong must not steer a stop)."""
+    confidence = header.get("p")
+    if not isinstance(confidence, int | float) or not 0.0 <= confidence <= 1.0:
+        confidence = None
+    return Piece(str(header.get("text", "")), confidence)

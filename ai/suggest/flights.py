@@ -153,6 +153,7 @@ class Flights:
             stop=flight.prompt.stop,
             # A prefetch nobody waits for yet gives the model up sooner to a request.
             background=flight.prefetch_for is not None and not flight.served,
+            must_start=self.settings.must_start and flight.prompt.kind == "complete",
         )
 
         def emit(piece: str) -> None:

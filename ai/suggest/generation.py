@@ -14,7 +14,7 @@ from ..metrics import AiMetrics
 from ..model.providers.base import Cancellation, GenerationRequest, Provider
 from ..text.junk import JunkScreen, RewriteScreen, screened
 from ..text.junk import screen as screen_whole
-from ..text.stopping import TOKENS, heal_prompt, shape
+from ..text.stopping import DEFAULT_SURE, TOKENS, heal_prompt, shape
 from .streamer import StreamResult, stream_coalesced
 
 if TYPE_CHECKING:
@@ -34,6 +34,7 @@ async def run_generation(
     requested_at: float | None,
     path: str,
     stop_rule: str = TOKENS,
+    sure: float = DEFAULT_SURE,
     heal: bool = False,
     screen: JunkScreen | None = None,
 ) -> tuple[StreamResult, float | None]:
@@ -49,10 +50,13 @@ async def run_generation(
     if heal:
         healed, leftover = heal_prompt(generation.prompt)
         generation = dataclasses.replace(generation, prompt=healed)
+    # A completion at the start of a line: the model's own line breaks before its first word
+    # are dropped (``heal_output``).
+    line_start = heal and generation.prompt.endswith("\n")
     tokens = _Counted(provider.stream(generation, cancel))
     pieces: AsyncIterator[str] = tokens
-    if leftover or stop_rule != TOKENS:
-        pieces = shape(pieces, leftover=leftover, rule=stop_rule)
+    if leftover or line_start or stop_rule != TOKENS:
+        pieces = shape(pieces, leftover=leftover, rule=stop_rule, sure=sure, line_start=line_start)
     if screen is not None:
         pieces = screened(pieces, screen)
     try:
@@ -120,4 +124,4 @@ def shaping(settings: AiSettings, kind: str) -> dict[str, Any]:
     settings' for completions; rewrites are whole passages, neither cut nor healed."""
     if kind != "complete":
         return {}
-    return {"stop_rule": settings.stop_rule, "heal": settings.heal}
+    return {"stop_rule": settings.stop_rule, "sure": settings.sure, "heal": settings.heal}

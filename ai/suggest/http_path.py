@@ -57,6 +57,7 @@ async def stream_http_suggestion(
         max_tokens=request.max_tokens or engine.settings.default_max_tokens,
         stop=prompt.stop,
         cold=cold,
+        must_start=engine.settings.must_start and prompt.kind == "complete",
     )
     path = "http-baseline" if cold else "http"
     send(SuggestionStart(request.id, "model").encode())

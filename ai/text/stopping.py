@@ -8,7 +8,8 @@ shown. Stopping rules, on the text after the cursor: ``word`` (one word, its tra
 punctuation not included; clause marks the model writes before it come with it: ", and" — a
 lone "," would be screened as empty, and a model at a clause end writes one first most of the
 time), ``phrase`` (up to 4 words or a clause mark), ``sentence`` (through the first
-sentence's end) and ``tokens`` (no rule: the token limit alone, as before).
+sentence's end), ``sure`` (the first word, then word by word while the model is sure of each:
+``sure_cut``) and ``tokens`` (no rule: the token limit alone, as before).
 
 ``tether bench quality`` uses ``stop_at`` and ``heal_output`` from here, so the server shows
 exactly what the bench scored. Knows nothing of models or sockets.
@@ -17,13 +18,18 @@ exactly what the bench scored. Knows nothing of models or sockets.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 WORD = "word"
 PHRASE = "phrase"
 SENTENCE = "sentence"
+SURE = "sure"
 TOKENS = "tokens"
-STOP_RULES = (WORD, PHRASE, SENTENCE, TOKENS)
+STOP_RULES = (WORD, PHRASE, SENTENCE, SURE, TOKENS)
+DEFAULT_SURE = 0.5  # the lowest token probability a word after the first may have
+# Where each piece of a stream ends in its text, and how sure the model was of it (None: the
+# provider did not say).
+Confidences = Sequence[tuple[int, float | None]]
 
 _MARKS = ",;:.!?"
 # One word; clause marks before it (the model closing the clause the editor is in) come with
@@ -32,6 +38,7 @@ _WORD_RE = re.compile(r"\s*(?:[,;:.!?]+[ \t]*)?[^\s,;:.!?]+|\s*[,;:.!?]+")
 _PHRASE_RE = re.compile(r"\s*(?:[^\s,;:.!?]+[ \t]*){1,4}")
 _SENTENCE_RE = re.compile(r"[.!?](?=\s|$)")
 _SENTENCE_DONE_RE = re.compile(r"[.!?](?=\s)")
+_NEXT_WORD_RE = re.compile(r"[ \t]*[^\s]+")
 
 
 def stop_at(text: str, rule: str) -> str:
@@ -48,6 +55,47 @@ def stop_at(text: str, rule: str) -> str:
         match = _WORD_RE.match(text)
         return match.group(0) if match else text
     raise ValueError(rule)
+
+
+def sure_cut(
+    text: str, confidences: Confidences, threshold: float, *, final: bool
+) -> tuple[str, bool]:
+    """The ``sure`` rule on a stream that so far produced ``text`` (``final``: all of it):
+    (the part of the suggestion known so far, whether more text cannot change it).
+
+    The first word as the ``word`` rule gives it, whatever the model's confidence (what the
+    server showed before this rule). Then each next word, its spaces and punctuation with it,
+    while every piece it touches has a confidence of at least ``threshold``; it stops before
+    the first word that falls short, after a sentence's end, at a line break, or where the
+    provider gives no confidence. The request's ``max_tokens`` bounds the whole."""
+    first, decided = _word_settled(text)
+    if not decided:
+        return (stop_at(text, WORD), True) if final else (first, False)
+    at = len(first)
+    while not _SENTENCE_RE.search(text, max(at - 1, 0), at):
+        match = _NEXT_WORD_RE.match(text, at)
+        if match is None:  # a line break next, or the end of what came so far
+            done = final or (at < len(text) and text[at:].lstrip(" \t")[:1] != "")
+            return text[:at], done
+        complete = final or match.end() < len(text)
+        if _lowest(confidences, at, match.end()) < threshold:
+            return text[:at], True
+        if not complete:
+            return text[:at], False
+        at = match.end()
+    return text[:at], True
+
+
+def _lowest(confidences: Confidences, start: int, end: int) -> float:
+    """The lowest confidence of the pieces overlapping ``text[start:end]`` (0 when unknown)."""
+    lowest, piece_start = 1.0, 0
+    for piece_end, confidence in confidences:
+        if piece_end > start and piece_start < end:
+            lowest = min(lowest, confidence if confidence is not None else 0.0)
+        piece_start = piece_end
+        if piece_start >= end:
+            break
+    return lowest
 
 
 def settled(text: str, rule: str) -> tuple[str, bool]:
@@ -95,40 +143,71 @@ def heal_prompt(prompt: str) -> tuple[str, str]:
     return healed, prompt[len(healed) :]
 
 
-def heal_output(text: str, leftover: str) -> str:
+def heal_output(text: str, leftover: str, line_start: bool = False) -> str:
     """What the editor sees from a healed prompt's output: the model had to write the space
-    the editor already typed; if it did not (it went on with the word), there is nothing."""
-    if not leftover:
-        return text
-    if text.startswith(leftover):
-        return text[len(leftover) :]
-    return ""
+    the editor already typed; if it did not (it went on with the word), there is nothing.
+    At the start of a line (``line_start``: the prompt ends with a line break) the line
+    breaks the model writes before its first word are dropped: the cursor is on a fresh line
+    already (SmolLM2 writes one more after a blank line most of the time)."""
+    if leftover and not text.startswith(leftover):
+        return ""
+    text = text[len(leftover) :]
+    return text.lstrip("\r\n") if line_start else text
 
 
-async def shape(pieces: AsyncIterator[str], *, leftover: str, rule: str) -> AsyncIterator[str]:
+def _line_breaks_first(text: str) -> int:
+    return len(text) - len(text.lstrip("\r\n"))
+
+
+async def shape(
+    pieces: AsyncIterator[str],
+    *,
+    leftover: str,
+    rule: str,
+    sure: float = DEFAULT_SURE,
+    line_start: bool = False,
+) -> AsyncIterator[str]:
     """``pieces`` as the editor should see them: healed (``leftover`` removed, or nothing at
-    all if the model did not write it) and cut by ``rule``. Returning closes ``pieces``,
-    which stops the generation (its provider cancels on close)."""
+    all if the model did not write it; ``line_start``: see ``heal_output``) and cut by
+    ``rule`` (``sure``: the ``sure`` rule's threshold). Returning closes ``pieces``, which
+    stops the generation (its provider cancels on close)."""
     iterator = aiter(pieces)
     raw = ""  # the model's text, leftover included
     sent = ""
+    ends: list[tuple[int, float | None]] = []  # each piece's end in raw, and its confidence
     try:
         async for piece in iterator:
             raw += piece
+            ends.append((len(raw), getattr(piece, "confidence", None)))
             if len(raw) < len(leftover):
                 if not leftover.startswith(raw):
                     return  # not the typed space: nothing to show
                 continue
             if not raw.startswith(leftover):
                 return
-            safe, decided = settled(raw[len(leftover) :], rule)
+            text = raw[len(leftover) :]
+            skip = len(leftover) + (_line_breaks_first(text) if line_start else 0)
+            text = raw[skip:]
+            if not text:
+                continue
+            if rule == SURE:
+                confidences = [(end - skip, confidence) for end, confidence in ends]
+                safe, decided = sure_cut(text, confidences, sure, final=False)
+            else:
+                safe, decided = settled(text, rule)
             if len(safe) > len(sent):
                 yield safe[len(sent) :]
                 sent = safe
             if decided:
                 return
         if len(raw) >= len(leftover):
-            final = stop_at(heal_output(raw, leftover), rule)
+            healed = heal_output(raw, leftover, line_start)
+            if rule == SURE:
+                skip = len(raw) - len(healed)
+                confidences = [(end - skip, confidence) for end, confidence in ends]
+                final = sure_cut(healed, confidences, sure, final=True)[0]
+            else:
+                final = stop_at(healed, rule)
             if len(final) > len(sent):
                 yield final[len(sent) :]
     finally:

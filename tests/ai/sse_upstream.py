@@ -130,10 +130,17 @@ class Upstream:
                 self.hangs_released += 1
                 self.client_gone.set()
             return False
-        return await self._stream(reader, writer, self.paths[-1].endswith("/chat/completions"))
+        logprobs = bool(self.requests[-1].get("logprobs")) if self.requests else False
+        return await self._stream(
+            reader, writer, self.paths[-1].endswith("/chat/completions"), logprobs
+        )
 
     async def _stream(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, chat: bool
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        chat: bool,
+        logprobs: bool = False,
     ) -> bool:
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -155,7 +162,14 @@ class Upstream:
                     return False
                 if self.mode == "malformed" and index == 1:
                     await self._send(writer, b'data: {"choices": [{"delta": \n\n')
-                choice = {"delta": {"content": text}} if chat else {"text": text}
+                choice: dict[str, Any] = {"delta": {"content": text}} if chat else {"text": text}
+                if logprobs:  # the i-th piece's log-probability: -0.1 (i + 1), as upstreams send
+                    value = -0.1 * (index + 1)
+                    choice["logprobs"] = (
+                        {"content": [{"token": text, "logprob": value}]}
+                        if chat
+                        else {"tokens": [text], "token_logprobs": [value]}
+                    )
                 await self._chunk(writer, {"choices": [choice]})
             await self._send(writer, b"data: [DONE]\n\n")
             writer.write(b"0\r\n\r\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -14,8 +15,13 @@ import pytest
 
 from tests.ai.sse_upstream import Upstream, serve_upstream
 from tether.ai.errors import ProviderError, ProviderTimeout, ProviderUnavailable
-from tether.ai.model.providers.base import Cancellation, GenerationRequest
-from tether.ai.model.providers.openai import OpenAIProvider, SseDecoder, chatml_to_messages
+from tether.ai.model.providers.base import Cancellation, GenerationRequest, confidence_of
+from tether.ai.model.providers.openai import (
+    OpenAIProvider,
+    SseDecoder,
+    chatml_to_messages,
+    event_text,
+)
 from tether.ai.text.context import COMPLETE_PREFIX, STOP_COMPLETE
 
 pytestmark = pytest.mark.anyio
@@ -74,6 +80,33 @@ async def test_completions_send_the_prompt_as_is_and_stream_choice_text(upstream
     assert body["prompt"] == PROMPT
     assert body["stop"] == list(STOP_COMPLETE)
     assert "messages" not in body
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+async def test_logprobs_asked_for_become_each_piece_s_confidence(upstream: Upstream, api: str):
+    async with OpenAIProvider(upstream.url, "tiny", api=api, logprobs=True) as provider:
+        with anyio.fail_after(5):
+            pieces = await collect(provider)
+    assert upstream.requests[0]["logprobs"] == (True if api == "chat" else 1)
+    confidences = [confidence_of(piece) for piece in pieces]
+    assert confidences == pytest.approx([math.exp(-0.1 * (i + 1)) for i in range(5)])
+
+
+async def test_without_logprobs_nothing_is_asked_and_pieces_carry_none(upstream: Upstream):
+    async with OpenAIProvider(upstream.url, "tiny") as provider:
+        with anyio.fail_after(5):
+            pieces = await collect(provider)
+    assert "logprobs" not in upstream.requests[0]
+    assert [confidence_of(piece) for piece in pieces] == [None] * 5
+
+
+def test_logprobs_that_are_not_numbers_give_no_confidence():
+    chat = {"choices": [{"delta": {"content": "x"}, "logprobs": {"content": [{"logprob": "a"}]}}]}
+    assert confidence_of(event_text(json.dumps(chat), "chat")) is None
+    odd = {"choices": [{"text": "x", "logprobs": {"token_logprobs": [None, -0.5]}}]}
+    assert confidence_of(event_text(json.dumps(odd), "completions")) is None
+    positive = {"choices": [{"text": "x", "logprobs": {"token_logprobs": [3.0]}}]}
+    assert confidence_of(event_text(json.dumps(positive), "completions")) == 1.0
 
 
 async def test_five_sequential_requests_share_one_keep_alive_connection(upstream: Upstream):

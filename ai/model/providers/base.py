@@ -31,6 +31,28 @@ class GenerationRequest:
     # Speculative work (a prefetch, a context renewal) that any request preempts: a local
     # model evaluates its prompt in smaller steps, so it gives the model up sooner.
     background: bool = False
+    # The model may not end its answer, or break the line, before it has written a word: at a
+    # sentence or paragraph end a small model would otherwise stop at once (issue 28).
+    must_start: bool = False
+
+
+class Piece(str):
+    """A piece of generated text that knows how sure the model was of it: the lowest
+    probability among its tokens (None where the provider does not say). A ``str``, so
+    consumers that only want text need not know."""
+
+    __slots__ = ("confidence",)
+    confidence: float | None
+
+    def __new__(cls, text: str, confidence: float | None = None) -> Piece:
+        piece = super().__new__(cls, text)
+        piece.confidence = confidence
+        return piece
+
+
+def confidence_of(piece: str) -> float | None:
+    """A piece's confidence; None for plain text (a provider that gives none)."""
+    return piece.confidence if isinstance(piece, Piece) else None
 
 
 class Cancellation:

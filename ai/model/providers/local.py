@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import ProviderError, ProviderUnavailable
-from .base import Cancellation, GenerationRequest, Provider
+from .base import Cancellation, GenerationRequest, Piece, Provider
 from .requantize import requantized
+from .steering import BannedTokens, Steering
 
 log = logging.getLogger(__name__)
 PREFILL_CHUNK = 48  # prompt tokens evaluated between cancellation checks (~0.15 s cold)
@@ -116,6 +117,7 @@ class LocalProvider(Provider):
         self.loaded_path: Path | None = None
         self._current: str | None = None
         self._warm_hits = 0
+        self._banned: BannedTokens | None = None  # built on the model thread, once
 
     async def __aenter__(self) -> LocalProvider:
         path = self.model_path or default_model_path()
@@ -178,7 +180,7 @@ class LocalProvider(Provider):
                     raise ProviderError("the local model failed") from item
                 if cancel.cancelled:
                     break  # pieces made before the model saw the cancel are dropped too
-                yield str(item)
+                yield item if isinstance(item, Piece) else str(item)
         finally:
             cancel.cancel()  # a consumer that stops early stops the model within one token
             await asyncio.shield(job)
@@ -200,6 +202,9 @@ class LocalProvider(Provider):
             chunk = BACKGROUND_CHUNK if request.background else PREFILL_CHUNK
             if not self._prefill(prompt, cancel, chunk):
                 return
+            from llama_cpp import LogitsProcessorList  # loaded with the model already
+
+            steering = self._steering(prompt, request)
             chunks = self._llm.create_completion(
                 prompt,
                 max_tokens=request.max_tokens,
@@ -208,18 +213,36 @@ class LocalProvider(Provider):
                 repeat_penalty=request.repeat_penalty,
                 seed=request.seed,
                 stop=list(request.stop) or None,
+                logits_processor=LogitsProcessorList([steering]),
             )
             for chunk in chunks:
                 if cancel.cancelled:
                     break
                 text = chunk["choices"][0]["text"]
                 if text:
-                    put(text)
+                    put(Piece(text, steering.take()))
         except Exception as exc:  # handed to the event loop as ProviderError
             log.exception("local generation failed")
             put(exc)
         finally:
             put(_DONE)
+
+    def _steering(self, prompt: list[int], request: GenerationRequest) -> Steering:
+        llm = self._llm
+        if self._banned is None:
+            self._banned = BannedTokens.of(
+                llm.n_vocab(),
+                lambda token: llm.detokenize([token], special=True).decode("utf-8", "replace"),
+                llm.token_eos(),
+            )
+        tail = llm.detokenize(prompt[-2:], special=True).decode("utf-8", "replace")
+        return Steering(
+            len(prompt),
+            self._banned,
+            lambda tokens: llm.detokenize(tokens).decode("utf-8", "replace"),
+            must_start=request.must_start,
+            line_start=tail.endswith("\n"),
+        )
 
     def _prefill(self, tokens: list[int], cancel: Cancellation, chunk: int = PREFILL_CHUNK) -> bool:
         """Evaluate the prompt's tokens past the warm prefix in chunks, checking for a cancel

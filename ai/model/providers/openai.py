@@ -17,6 +17,7 @@ import contextlib
 import importlib.util
 import json
 import logging
+import math
 import random
 import re
 from collections.abc import AsyncIterator, Mapping
@@ -25,7 +26,7 @@ from typing import Any
 import httpx
 
 from ...errors import ProviderError, ProviderTimeout, ProviderUnavailable
-from .base import Cancellation, GenerationRequest, Provider
+from .base import Cancellation, GenerationRequest, Piece, Provider
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class OpenAIProvider(Provider):
         retries: int = 2,
         http2: bool = True,
         extra_body: Mapping[str, Any] | None = None,
+        logprobs: bool = False,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"api must be one of {sorted(APIS)}, not {api!r}")
@@ -87,6 +89,9 @@ class OpenAIProvider(Provider):
         # h2 is optional: without it the same pool speaks HTTP/1.1 keep-alive.
         self.http2 = http2 and importlib.util.find_spec("h2") is not None
         self.extra_body = dict(extra_body or {})
+        # Ask for each token's log-probability, so pieces carry the model's confidence (the
+        # sure stopping rule); off by default, as not every upstream computes them for free.
+        self.logprobs = logprobs
         self._api_key = api_key
         self._client: httpx.AsyncClient | None = None
         self.attempts = 0  # every try to send, connect retries included
@@ -132,6 +137,8 @@ class OpenAIProvider(Provider):
             stop = [s for s in request.stop if s]
         if stop:
             body["stop"] = stop[:MAX_STOPS]
+        if self.logprobs:
+            body["logprobs"] = True if self.api == "chat" else 1
         body.update(self.extra_body)
         return body
 
@@ -258,7 +265,9 @@ def chatml_to_messages(prompt: str) -> list[dict[str, str]]:
 
 
 def event_text(data: str, api: str) -> str:
-    """The generated text in one SSE event's JSON; ProviderError when it is not that shape."""
+    """The generated text in one SSE event's JSON, as a ``Piece`` carrying the lowest token
+    probability the event reports (None without logprobs); ProviderError when it is not that
+    shape."""
     try:
         event = json.loads(data)
     except ValueError as exc:
@@ -278,7 +287,30 @@ def event_text(data: str, api: str) -> str:
         text = delta.get("content") if isinstance(delta, dict) else None
     else:
         text = choice.get("text")
-    return text if isinstance(text, str) else ""
+    if not isinstance(text, str) or not text:
+        return ""
+    return Piece(text, _confidence(choice.get("logprobs"), api))
+
+
+def _confidence(logprobs: object, api: str) -> float | None:
+    """The lowest token probability in an event's ``logprobs`` (chat: ``content[].logprob``;
+    completions: ``token_logprobs[]``); None when absent or not numbers."""
+    if not isinstance(logprobs, dict):
+        return None
+    if api == "chat":
+        entries = logprobs.get("content")
+        values = (
+            [e.get("logprob") for e in entries if isinstance(e, dict)]
+            if isinstance(entries, list)
+            else []
+        )
+    else:
+        listed = logprobs.get("token_logprobs")
+        values = list(listed) if isinstance(listed, list) else []
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if not numbers or len(numbers) != len(values):
+        return None
+    return min(1.0, math.exp(min(min(numbers), 0.0)))
 
 
 class SseDecoder:

@@ -1,9 +1,9 @@
 """A scripted provider for tests of the streaming mechanics (never the default).
 
 It yields a fixed list of pieces (or, with ``replies``, the pieces of the first key that the
-prompt contains, so one server can script different answers per document), optionally waiting
-on a gate between them so a test can hold a generation open, and records every prompt it was
-given.
+prompt contains, so one server can script different answers per document), each with its
+confidence when ``confidences`` gives one, optionally waiting on a gate between them so a test
+can hold a generation open, and records every prompt it was given.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from ...errors import ProviderError
-from .base import Cancellation, GenerationRequest, Provider
+from .base import Cancellation, GenerationRequest, Piece, Provider
 
 
 class ScriptedProvider(Provider):
@@ -25,8 +25,10 @@ class ScriptedProvider(Provider):
         delay: float = 0.0,
         fail_with: str | None = None,
         replies: dict[str, list[str]] | None = None,
+        confidences: list[float] | None = None,
     ) -> None:
         self.pieces = pieces if pieces is not None else [" scripted", " words", "."]
+        self.confidences = confidences or []  # the i-th piece's (the sure stopping rule)
         self.replies = replies or {}
         self.delay = delay
         self.fail_with = fail_with
@@ -45,4 +47,5 @@ class ScriptedProvider(Provider):
                 await self.gate.wait()
             if self.delay:
                 await asyncio.sleep(self.delay)  # simulated model latency, not synchronisation
-            yield piece
+            confidence = self.confidences[index] if index < len(self.confidences) else None
+            yield Piece(piece, confidence)

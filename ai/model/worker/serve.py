@@ -39,7 +39,7 @@ from tether.protocol.worker import (
 )
 
 from ...cache.embedder import Embedder
-from ..providers.base import Cancellation, GenerationRequest
+from ..providers.base import Cancellation, GenerationRequest, confidence_of
 from ..providers.local import LocalProvider
 from .contract import OUT_OF_MEMORY_EXIT
 from .faults import Faults
@@ -223,10 +223,11 @@ class WorkerServer:
                 repeat_penalty=float(header.get("repeat_penalty") or 1.0),
                 seed=int(header.get("seed") or 0),
                 background=bool(header.get("background")),
+                must_start=bool(header.get("must_start")),
             )
             async for piece in self._provider.stream(request, cancel):
                 pieces += 1
-                self.send(TOKEN, id=request_id, text=piece)
+                self.send(TOKEN, id=request_id, text=piece, p=confidence_of(piece))
                 await self._faults.after_token()
             self.send(DONE, id=request_id, pieces=pieces, warm_hits=self._provider.warm_hits())
         except MemoryError:
