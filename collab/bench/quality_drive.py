@@ -19,12 +19,17 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tether.ai.errors import ProviderError, ProviderUnavailable
-from tether.ai.model.providers.base import Cancellation, GenerationRequest, Provider
+from tether.ai.model.providers.base import (
+    Cancellation,
+    GenerationRequest,
+    Provider,
+    confidence_of,
+)
 from tether.ai.text.context import COMPLETE_PREFIX, STOP_COMPLETE, SYSTEM_COMPLETE, ContextBuilder
 from tether.ai.text.regions import RegionIndex
 from tether.ai.text.stopping import heal_output, heal_prompt, settled
@@ -49,6 +54,9 @@ class Generation:
     shown: str = ""  # what the editor would see (after healing)
     ttft_kind: str = "warm"  # cold: whole prompt evaluated; warm: prefix reused; wire: upstream
     error: str = ""
+    # Where each piece ends in ``shown`` and the model's confidence in it (``Piece``), for
+    # the ``sure`` rule's views.
+    confidences: list[tuple[int, float | None]] = field(default_factory=list)
 
 
 # ---- prompts ---------------------------------------------------------------------------------
@@ -139,22 +147,29 @@ async def generate(
         temperature=run.temperature,
         repeat_penalty=run.repeat_penalty,
         seed=SEED,
+        must_start=run.must_start,
     )
     began = time.perf_counter()
     times: list[float] = []
     raw = ""
+    ends: list[tuple[int, float | None]] = []  # each piece's end in raw, its confidence
     # Closing the stream stops the model (the local provider cancels, an upstream's connection
     # is dropped), as the server's stopping rules do.
     async with contextlib.aclosing(provider.stream(request, Cancellation())) as pieces:
         async for piece in pieces:
             times.append(time.perf_counter())
             raw += piece
+            ends.append((len(raw), confidence_of(piece)))
             if decided(raw, leftover, run.cap):
                 break
     # An answer that is empty at once (a stop first) still had its first token then.
     ttft = (times[0] if times else time.perf_counter()) - began
     tps = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else None
-    return Generation(raw, ttft, tps, len(prompt), len(times), heal_output(raw, leftover))
+    # As the server heals: at a line start the model's own line breaks are dropped too.
+    shown = heal_output(raw, leftover, line_start=run.heal and prompt.endswith("\n"))
+    skip = len(raw) - len(shown)
+    confidences = [(end - skip, confidence) for end, confidence in ends] if shown else []
+    return Generation(raw, ttft, tps, len(prompt), len(times), shown, confidences=confidences)
 
 
 # ---- the embedded model -----------------------------------------------------------------------
@@ -190,7 +205,7 @@ async def drive_local(
             for run in sorted(mine, key=lambda r: (r.wrapper == "chat", prompts[r.name][0])):
                 prompt, leftover = prompts[run.name]
                 cold = case.ident in timed and run.ttft_group not in measured
-                same = (prompt, leftover, run.temperature, run.repeat_penalty)
+                same = (prompt, leftover, run.temperature, run.repeat_penalty, run.must_start)
                 earlier = made.get(same)
                 if earlier is not None and not cold and covers(earlier[1], run.cap):
                     # The same prompt and sampling (a smaller context that fit whole): the same

@@ -31,6 +31,9 @@ class Score:
     chrf: float  # 0..100
     words_saved: int
     acceptable: bool
+    # The characters of the leading words that agree (each with the space after it): what
+    # the writer keeps of it, accepting word by word, and does not type.
+    chars_accepted: int = 0
 
 
 def normalize(text: str) -> str:
@@ -90,6 +93,7 @@ def score(suggestion: str, truth: str, before: str, chrf_chars: int = 40) -> Sco
         chrf=chrf(suggestion.strip()[:chrf_chars], truth.strip()[:chrf_chars]),
         words_saved=agree if junk is None else 0,
         acceptable=junk is None and shown and agree >= min(2, len(said)),
+        chars_accepted=sum(len(w) + 1 for w in said[:agree]) if junk is None else 0,
     )
 
 
