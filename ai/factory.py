@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -13,6 +14,7 @@ from typing import Any
 from .cache.embedder import Embedder
 from .cache.suggestions import CacheSettings, SuggestionCache
 from .engine import AiEngine
+from .errors import ProviderUnavailable
 from .metrics import AiMetrics, CacheCollector
 from .model.cpus import parse_cpu_list, pin_this_process
 from .model.providers.base import Provider
@@ -178,16 +180,29 @@ def build_status(provider: Provider, embed_worker: Supervisor | None) -> StatusB
     return board
 
 
+def model_token_counter(settings: Any) -> Callable[[str], int] | None:
+    """Exact token counts for the embedded model (the worker's GGUF, read here without
+    llama.cpp: ``ai.model.token_counter``); None keeps the estimate."""
+    from .model.providers.local import default_model_path
+    from .model.token_counter import gguf_token_counter
+
+    try:
+        path = Path(settings.ai_model_path) if settings.ai_model_path else default_model_path()
+    except ProviderUnavailable:
+        return None
+    return gguf_token_counter(path)
+
+
 def build_engine(
     settings: Any,
     provider: Provider,
     scheduler: Scheduler,
     registry: Any,
     embedder: Embedder | None = None,
+    count_tokens: Callable[[str], int] | None = None,
 ) -> AiEngine:
-    count_tokens = None
     tokenize = getattr(provider, "tokenize", None)
-    if tokenize is not None:
+    if count_tokens is None and tokenize is not None:
         count_tokens = lambda text: len(tokenize(text))  # noqa: E731 - the real tokenizer
     cache = _cache(settings)
     engine = AiEngine(
@@ -260,7 +275,10 @@ async def start_engine(
     embedder, embed_worker = build_embedder(settings, provider)
     if embed_worker is not None:
         await stack.enter_async_context(embed_worker)
-    engine = build_engine(settings, provider, scheduler, registry, embedder)
+    counter = None
+    if model_workers(provider):  # the embedded model: its tokenizer, off the event loop
+        counter = await asyncio.to_thread(model_token_counter, settings)
+    engine = build_engine(settings, provider, scheduler, registry, embedder, counter)
     engine.status = build_status(provider, embed_worker)
     for worker in model_workers(provider):
         worker.supervisor.add_listener(engine.rewarmer.watch(worker.supervisor))

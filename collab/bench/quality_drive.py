@@ -16,6 +16,7 @@ shape, on the same cases for every run: every ``ttft_every``-th case of the subs
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -67,7 +68,7 @@ def build_prompt(run: Run, case: Case) -> tuple[str, str]:
     whitespace a healed prompt leaves for the model to write. Chat-wrapped prompts are exactly
     what the server sends a provider (``ContextBuilder``, then ``heal_prompt``)."""
     text = case.text
-    count = _approximate_tokens  # what the server counts with (worker or upstream provider)
+    count = _counter(run)  # what the server counts with for that provider
     regions = RegionIndex(count)
     parts = regions.refresh(text)
     builder = ContextBuilder(count, budget_tokens=run.budget)
@@ -100,6 +101,27 @@ def build_prompt(run: Run, case: Case) -> tuple[str, str]:
 
 def _approximate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
+
+
+@functools.cache
+def _smollm2_tokens() -> Callable[[str], int]:
+    """The server's exact count for its embedded model (``ai.model.token_counter``), or its
+    estimate where that cannot be built."""
+    from tether.ai.model.providers.local import default_model_path
+    from tether.ai.model.token_counter import gguf_token_counter
+
+    try:
+        return gguf_token_counter(default_model_path()) or _approximate_tokens
+    except ProviderUnavailable:
+        return _approximate_tokens
+
+
+def _counter(run: Run) -> Callable[[str], int]:
+    """The server counts SmolLM2's tokens exactly and estimates every other model's (an
+    upstream's tokenizer is not known to it; Gemma's is not one it rebuilds)."""
+    if run.provider == "local" and run.model.startswith("smollm2"):
+        return _smollm2_tokens()
+    return _approximate_tokens
 
 
 def every_nth(cases: list[Case], every: int) -> set[str]:
