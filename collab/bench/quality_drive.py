@@ -279,6 +279,7 @@ async def drive_openai(
             api=run.api,
             timeout=upstream.timeout,
             extra_body=dict(run.extra),
+            logprobs=True,  # as tether serve asks under its default stopping rule (sure)
         )
         mine: dict[str, Generation] = {}
         began = time.perf_counter()

@@ -22,7 +22,8 @@ class Upstream:
 
     ``mode``: "stream" (chat or completions chunks by path), "status", "hang" (answers nothing
     until the client goes away or the server closes), "malformed", "drop" (closes the socket
-    after two chunks). Every request is recorded with the number of the connection it came on.
+    after two chunks), "no-logprobs" (refuses a request asking for logprobs with a 400). Every
+    request is recorded with the number of the connection it came on.
     """
 
     mode: str = "stream"
@@ -111,6 +112,15 @@ class Upstream:
         self.requests.append(json.loads(body))
         self.connection_of.append(number)
         self._notify()
+        if self.mode == "no-logprobs" and self.requests[-1].get("logprobs"):
+            refusal = b'{"error": {"message": "logprobs is not supported by this server"}}'
+            writer.write(
+                b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(refusal)}\r\n\r\n".encode()
+                + refusal
+            )
+            await writer.drain()
+            return True
         if self.mode == "status":
             writer.write(
                 f"HTTP/1.1 {self.status} Upstream Says No\r\nContent-Type: application/json\r\n"

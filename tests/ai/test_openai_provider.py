@@ -100,6 +100,19 @@ async def test_without_logprobs_nothing_is_asked_and_pieces_carry_none(upstream:
     assert [confidence_of(piece) for piece in pieces] == [None] * 5
 
 
+async def test_an_upstream_refusing_logprobs_is_asked_again_without_and_never_again(
+    upstream: Upstream,
+):
+    upstream.mode = "no-logprobs"
+    async with OpenAIProvider(upstream.url, "tiny", logprobs=True) as provider:
+        with anyio.fail_after(5):
+            first = await collect(provider)
+            second = await collect(provider)
+    assert first == second == ["w0 ", "w1 ", "w2 ", "w3 ", "w4 "]
+    assert [bool(body.get("logprobs")) for body in upstream.requests] == [True, False, False]
+    assert confidence_of(first[0]) is None  # one word under the sure rule, not an error
+
+
 def test_logprobs_that_are_not_numbers_give_no_confidence():
     chat = {"choices": [{"delta": {"content": "x"}, "logprobs": {"content": [{"logprob": "a"}]}}]}
     assert confidence_of(event_text(json.dumps(chat), "chat")) is None

@@ -148,9 +148,18 @@ class OpenAIProvider(Provider):
             return
         try:
             if not response.is_success:
-                down = response.status_code in DOWN_STATUSES
-                error = UpstreamDown if down else ProviderUnavailable
-                raise error(await _status_message(response))
+                message = await _status_message(response)
+                if self._refused_logprobs(response.status_code, message):
+                    await response.aclose()
+                    response = await self._send(self.body(request), cancel)
+                    if response is None:
+                        return
+                    if not response.is_success:
+                        message = await _status_message(response)
+                if not response.is_success:
+                    down = response.status_code in DOWN_STATUSES
+                    error = UpstreamDown if down else ProviderUnavailable
+                    raise error(message)
             decoder = SseDecoder()
             async with contextlib.aclosing(response.aiter_bytes()) as chunks:
                 try:
@@ -180,6 +189,15 @@ class OpenAIProvider(Provider):
         finally:
             # Unread body left: httpx drops the connection rather than return it dirty.
             await response.aclose()
+
+    def _refused_logprobs(self, status: int, message: str) -> bool:
+        """An upstream that refuses the request because of ``logprobs``: stop asking for them
+        (its pieces carry no confidence, and the sure rule shows one word) and say so once."""
+        if not self.logprobs or status not in (400, 422) or "logprob" not in message.lower():
+            return False
+        log.warning("the upstream at %s refuses logprobs: suggestions stay one word", self._where())
+        self.logprobs = False
+        return True
 
     async def _send(self, body: dict[str, Any], cancel: Cancellation) -> httpx.Response | None:
         """Send with retries on connect failures only: nothing reached the upstream yet, so a
