@@ -343,26 +343,25 @@ class SQLiteStore(Store):
 
     def _take(self) -> tuple[list[_Op], bool]:
         """Block for one op, then take whatever else is queued, up to max_batch; with a commit
-        window, what else comes within it too (one sync for all of them)."""
-        ops: list[_Op] = []
+        window, what else comes within it too (one sync for all of them). The window is slept
+        through, not waited on: a put during it wakes nobody, so a batch costs one wake-up of
+        this thread and one of the event loop, however many ops it holds."""
         waiting = self._queue
-        item = waiting.get()
-        closes = time.monotonic() + self._commit_window
-        while item is not None:
-            ops.append(item)
-            if len(ops) >= self._max_batch:
+        first = waiting.get()
+        if first is None:
+            return [], True
+        ops = [first]
+        if self._commit_window > 0:
+            time.sleep(self._commit_window)
+        while len(ops) < self._max_batch:
+            try:
+                item = waiting.get_nowait()  # this thread is the only consumer
+            except queue.Empty:
                 return ops, False
-            if waiting.empty():
-                left = closes - time.monotonic()
-                if left <= 0:
-                    return ops, False
-                try:
-                    item = waiting.get(timeout=left)
-                except queue.Empty:
-                    return ops, False
-                continue
-            item = waiting.get_nowait()  # this thread is the only consumer: it is there
-        return ops, True
+            if item is None:
+                return ops, True
+            ops.append(item)
+        return ops, False
 
     def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
         if not fenced and all(op.kind != "resume" for op in ops):
