@@ -36,7 +36,7 @@ from .suggest.records import TEXT_NAME, Flight, Suggestion
 from .suggest.rewarm import Rewarmer
 from .suggest.scheduler import Scheduler
 from .suggest.serving import RequestServer
-from .text.context import ContextBuilder, most_tokens
+from .text.context import ContextBuilder, bounded_count, most_tokens
 
 if TYPE_CHECKING:
     from tether.collab.rooms.peer import Peer
@@ -65,7 +65,8 @@ class AiEngine:
         self.scheduler = scheduler
         self.metrics = metrics
         self.settings = settings or AiSettings()
-        count_tokens = count_tokens or _approximate_tokens
+        budget = self.settings.context_budget_tokens
+        count_tokens = bounded_count(count_tokens, budget) if count_tokens else _approximate_tokens
         self.builder = ContextBuilder(
             count_tokens, budget_tokens=self.settings.context_budget_tokens
         )

@@ -42,6 +42,19 @@ def most_tokens(text: str) -> int:
     )
 
 
+def bounded_count(count: Callable[[str], int], budget_tokens: int) -> Callable[[str], int]:
+    """``count`` (an exact tokenizer) on text a prompt of ``budget_tokens`` could hold; the
+    upper estimate (``most_tokens``) on longer text: more than 8 characters a token of budget
+    is more tokens than the budget in any prose, so the answer is "too long" either way, and a
+    huge paragraph costs no tokenizing on the event loop."""
+    limit = max(4096, 8 * budget_tokens)
+
+    def counted(text: str) -> int:
+        return count(text) if len(text) <= limit else most_tokens(text)
+
+    return counted
+
+
 def _unit_cost(char: str) -> int:
     """What one character adds to ``most_tokens``, in quarter tokens."""
     if char < "\x80":

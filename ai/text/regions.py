@@ -3,8 +3,12 @@
 Per keystroke the sync path only calls ``mark_dirty`` (O(1)); pycrdt's delta events cost grows
 with the document, so we never read them. When a suggestion needs context, ``refresh`` splits
 the current text and reuses every region whose text is unchanged (looked up by content), so
-token counts, and the cache's embeddings, are computed only for regions that changed.
-Knows nothing of models or sockets: token counting is a function handed in.
+token counts, and the cache's embeddings, are computed only for regions that changed. A
+region's tokens are counted when first asked for: the context builder asks only for the
+paragraphs near the cursor that fit its budget and the opening one, so an exact tokenizer
+(``ai.model.token_counter``) reads those, never the whole document (1 MB of text would hold
+the event loop about half a second). Knows nothing of models or sockets: token counting is a
+function handed in.
 """
 
 from __future__ import annotations
@@ -18,17 +22,33 @@ SEPARATOR = "\n\n"
 
 
 @dataclass(slots=True)
+class _Count:
+    """A paragraph's token count, computed on first use and shared by every ``Region`` of the
+    same text (each refresh makes new ones)."""
+
+    count: Callable[[str], int]
+    value: int = -1
+
+
+@dataclass(slots=True)
 class Region:
     text: str
     start: int  # Python index of its first character in the document
     key: bytes
-    tokens: int
+    counted: _Count
     born: float = 0.0  # when this exact text first appeared (monotonic seconds)
     extra: dict[str, object] = field(default_factory=dict)  # e.g. an embedding
 
     @property
     def end(self) -> int:
         return self.start + len(self.text)
+
+    @property
+    def tokens(self) -> int:
+        counted = self.counted
+        if counted.value < 0:
+            counted.value = counted.count(self.text)
+        return counted.value
 
 
 class RegionIndex:
@@ -38,7 +58,7 @@ class RegionIndex:
         self._by_key: dict[bytes, Region] = {}
         self.regions: list[Region] = []
         self.dirty = True
-        self.recomputed = 0  # regions whose token count had to be computed (for tests, metrics)
+        self.recomputed = 0  # regions new to the index (their counts, if asked, are computed)
         self._text = ""
 
     def mark_dirty(self) -> None:
@@ -55,8 +75,9 @@ class RegionIndex:
             known = self._by_key.get(key) or fresh.get(key)
             if known is None:
                 self.recomputed += 1
-                known = Region(part, start, key, self._count_tokens(part), time.monotonic())
-            region = Region(part, start, key, known.tokens, known.born, known.extra)
+                counted = _Count(self._count_tokens)
+                known = Region(part, start, key, counted, time.monotonic())
+            region = Region(part, start, key, known.counted, known.born, known.extra)
             fresh[key] = region
             regions.append(region)
             start += len(part)

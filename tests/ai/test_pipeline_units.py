@@ -11,7 +11,13 @@ import pytest
 from tether.ai.errors import BadRequest, Busy
 from tether.ai.suggest.scheduler import INTERACTIVE, PREFETCH, Scheduler
 from tether.ai.suggest.streamer import stream_coalesced
-from tether.ai.text.context import COMPLETE_PREFIX, ContextBuilder, ContextMemo, most_tokens
+from tether.ai.text.context import (
+    COMPLETE_PREFIX,
+    ContextBuilder,
+    ContextMemo,
+    bounded_count,
+    most_tokens,
+)
 from tether.ai.text.positions import index_to_utf8, index_to_utf16, utf16_to_index
 from tether.ai.text.regions import RegionIndex, split_paragraphs
 
@@ -48,6 +54,32 @@ def test_only_changed_regions_are_recomputed() -> None:
     regions.mark_dirty()
     regions.refresh("alpha\n\nbeta!\n\ngamma")
     assert regions.recomputed == 4  # only "beta!" is new
+
+
+def test_an_exact_tokenizer_reads_only_what_a_prompt_could_hold() -> None:
+    """The server counts the embedded model's tokens exactly (ai.model.token_counter), on the
+    event loop: a 1 MB document must not be tokenized whole. Regions count when asked, the
+    builder asks near the cursor, and a paragraph too long for any prompt is estimated."""
+    read: list[int] = []
+
+    def exact(text: str) -> int:
+        read.append(len(text))
+        return count(text)
+
+    counted = bounded_count(exact, budget_tokens=100)
+    regions = RegionIndex(counted)
+    paragraphs = [
+        f"Paragraph {i} of a long document, about the same length each." for i in range(5000)
+    ]
+    huge = "x" * 100_000  # longer than any prompt could hold
+    text = "Title\n\n" + "\n\n".join(paragraphs) + "\n\n" + huge + "\n\nThe writer types here"
+    regions.refresh(text)
+    assert read == []  # splitting and hashing only
+    prompt = ContextBuilder(counted, budget_tokens=100).complete(regions, text, len(text))
+    assert prompt.text.endswith("The writer types here")
+    assert sum(read) < 4_000, read  # the cursor's paragraph, the opening one, a few near it
+    assert 100_000 not in read  # the huge one was estimated, not tokenized
+    assert counted(huge) == most_tokens(huge)
 
 
 def test_typing_at_the_end_keeps_the_prompt_prefix() -> None:
