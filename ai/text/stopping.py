@@ -17,6 +17,7 @@ exactly what the bench scored. Knows nothing of models or sockets.
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import AsyncIterator, Sequence
 
@@ -29,6 +30,9 @@ STOP_RULES = (WORD, PHRASE, SENTENCE, SURE, TOKENS)
 # The lowest token probability a word after the first may have: at 0.9 the quality bench found
 # the sure rule never less acceptable than one word, and longer where the model was sure.
 DEFAULT_SURE = 0.9
+# The sure rule decides after this many words: no ghost text is worth more, and the rule's work
+# per piece of the stream stays bounded however long a generation runs.
+MAX_SURE_WORDS = 32
 # Where each piece of a stream ends in its text, and how sure the model was of it (None: the
 # provider did not say).
 Confidences = Sequence[tuple[int, float | None]]
@@ -74,7 +78,9 @@ def sure_cut(
     if not decided:
         return (stop_at(text, WORD), True) if final else (first, False)
     at = len(first)
-    while not _SENTENCE_RE.search(text, max(at - 1, 0), at):
+    for _ in range(MAX_SURE_WORDS - 1):
+        if _SENTENCE_RE.search(text, max(at - 1, 0), at):
+            break
         match = _NEXT_WORD_RE.match(text, at)
         if match is None:  # a line break next, or the end of what came so far
             done = final or (at < len(text) and text[at:].lstrip(" \t")[:1] != "")
@@ -89,13 +95,14 @@ def sure_cut(
 
 
 def _lowest(confidences: Confidences, start: int, end: int) -> float:
-    """The lowest confidence of the pieces overlapping ``text[start:end]`` (0 when unknown)."""
-    lowest, piece_start = 1.0, 0
-    for piece_end, confidence in confidences:
-        if piece_end > start and piece_start < end:
-            lowest = min(lowest, confidence if confidence is not None else 0.0)
-        piece_start = piece_end
-        if piece_start >= end:
+    """The lowest confidence of the pieces overlapping ``text[start:end]`` (0 when unknown).
+    Piece ends ascend: the first overlapping piece is found by bisection."""
+    first = bisect.bisect_right(confidences, start, key=lambda piece: piece[0])
+    lowest = 1.0
+    for index in range(first, len(confidences)):
+        piece_end, confidence = confidences[index]
+        lowest = min(lowest, confidence if confidence is not None else 0.0)
+        if piece_end >= end:
             break
     return lowest
 

@@ -140,3 +140,11 @@ def test_at_a_line_start_the_model_s_own_line_breaks_are_dropped() -> None:
     assert _shaped(["\n", "The", " file"], "", "word", line_start=True) == ("The", 3)
     assert _shaped(["\n", "The", " file"], "", "word") == ("\nThe", 3)
     assert heal_output("\n\nSo", "", line_start=True) == "So"
+
+
+def test_sure_decides_after_at_most_32_words_however_sure_the_model_is() -> None:
+    # Bounded work per piece, and no ghost text longer than a writer would read.
+    pieces = [Piece(f" w{i}", 1.0) for i in range(200)]
+    shown, read = _shaped(pieces, "", SURE, 0.5)
+    assert len(shown.split()) == 32
+    assert read == 33  # the 33rd word's start told it the 32nd was whole
