@@ -38,6 +38,15 @@ def test_js_editors_drive_this_server(tmp_path: Path) -> None:
     result = run(tmp_path)
     assert result["driver"] == "js"
     check(result)
+    # Where the server's CPU went, by thread: the event loop and the SQLite writer by name.
+    threads = result["server_threads"]
+    assert isinstance(threads, list)
+    names = [row["thread"] for row in threads]
+    assert names[0] == "event loop" and "tether-sqlite" in names
+    assert sum(row["share"] for row in threads) <= 1.0 + 1e-6
+    assert all(
+        row["cpu_s"] == pytest.approx(row["user_s"] + row["system_s"], abs=0.011) for row in threads
+    )
 
 
 def test_js_editors_drive_hocuspocus_side_by_side(tmp_path: Path) -> None:

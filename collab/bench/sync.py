@@ -279,6 +279,7 @@ async def drive(
             next_at += interval
 
     cpu_before = _cpu_seconds(args.server_pid)
+    threads_before = _thread_times(args.server_pid)
     started = time.perf_counter()
     ai_stop = asyncio.Event()
     ai_task = asyncio.ensure_future(_ask_forever(url, token, ai_stop)) if args.with_ai else None
@@ -295,6 +296,7 @@ async def drive(
     ):
         await asyncio.sleep(0.05)
     cpu_after = _cpu_seconds(args.server_pid)
+    threads_after = _thread_times(args.server_pid)
     rss = _rss_mb(args.server_pid)
     for e in editors:
         if e.ws is not None:
@@ -326,6 +328,7 @@ async def drive(
         "server_cpu_s_per_1000_edits": None
         if cpu is None
         else round(cpu * 1000 / max(recorder.sent, 1), 3),
+        "server_threads": thread_shares(threads_before, threads_after),
         "server_rss_mb": rss,
         "with_ai": bool(args.with_ai),
         "ai_suggestions_completed": ai_done,
@@ -361,6 +364,8 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
     )
     assert process.stdout is not None
     cpu_before = cpu_after = rss = None
+    threads_before: dict[int, tuple[str, float, float]] = {}
+    threads_after: dict[int, tuple[str, float, float]] = {}
     results: dict[str, Any] = {}
     connect_started = time.perf_counter()
     connect_seconds = 0.0
@@ -372,8 +377,10 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
                 if event["event"] == "typing":
                     connect_seconds = time.perf_counter() - connect_started
                     cpu_before = _cpu_seconds(args.server_pid)
+                    threads_before = _thread_times(args.server_pid)
                 elif event["event"] == "typed":
                     cpu_after = _cpu_seconds(args.server_pid)
+                    threads_after = _thread_times(args.server_pid)
                     rss = _rss_mb(args.server_pid)
                 elif event["event"] == "results":
                     results = event
@@ -408,6 +415,7 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
         "rejected": int(results.get("rejected", 0)),
         "server_cpu_s": None if cpu is None else round(cpu, 2),
         "server_cpu_s_per_1000_edits": None if cpu is None else round(cpu * 1000 / max(sent, 1), 3),
+        "server_threads": thread_shares(threads_before, threads_after),
         "server_rss_mb": rss,
         "with_ai": False,
         "ai_suggestions_completed": 0,
@@ -455,6 +463,52 @@ def _percentiles(samples: list[float]) -> dict[str, float | None]:
         "p99": round(p99 * 1000, 3),
         "n": len(ordered),
     }
+
+
+def _thread_times(pid: int | None) -> dict[int, tuple[str, float, float]]:
+    """Each server thread's (name, user s, system s); the main thread, which runs the event
+    loop, is named so. Empty when the process cannot be read."""
+    if pid is None:
+        return {}
+    try:
+        threads = psutil.Process(pid).threads()
+    except psutil.Error:
+        return {}
+    times = {}
+    for thread in threads:
+        name = "event loop" if thread.id == pid else _thread_name(pid, thread.id)
+        times[thread.id] = (name, thread.user_time, thread.system_time)
+    return times
+
+
+def _thread_name(pid: int, tid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() or str(tid)
+    except OSError:
+        return str(tid)
+
+
+def thread_shares(
+    before: dict[int, tuple[str, float, float]], after: dict[int, tuple[str, float, float]]
+) -> list[dict[str, Any]]:
+    """The server's CPU over the run by thread, busiest first (the four busiest): where the
+    per-edit cost goes, e.g. the event loop against the SQLite writer's commits."""
+    rows = []
+    for tid, (name, user, system) in after.items():
+        _, user_before, system_before = before.get(tid, (name, 0.0, 0.0))
+        rows.append((name, user - user_before, system - system_before))
+    total = sum(user + system for _, user, system in rows) or 1.0
+    rows.sort(key=lambda row: row[1] + row[2], reverse=True)
+    return [
+        {
+            "thread": name,
+            "cpu_s": round(user + system, 2),
+            "user_s": round(user, 2),
+            "system_s": round(system, 2),
+            "share": round((user + system) / total, 3),
+        }
+        for name, user, system in rows[:4]
+    ]
 
 
 def _cpu_seconds(pid: int | None) -> float | None:

@@ -15,6 +15,7 @@ import threading
 import time
 
 from .metrics import LoopHistogram
+from .thread_names import name_os_thread
 
 log = logging.getLogger("tether")
 
@@ -83,6 +84,7 @@ class LoopWatch:
         self._schedule()
 
     def _watch(self) -> None:
+        name_os_thread("tether-watch")
         while not self._stop.wait(self._interval):
             held = time.monotonic() - self._beat_at - self._interval
             if held > self._threshold and self._culprit is None:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NoReturn, Self, TypeVar
 
+from ..runtime.thread_names import name_os_thread
 from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, names_from
 
 T = TypeVar("T")
@@ -316,6 +317,7 @@ class SQLiteStore(Store):
     # -- the writer thread -------------------------------------------------------------------
 
     def _writer_main(self) -> None:
+        name_os_thread("tether-sqlite")
         try:
             conn = _open_writer(self.path, self._synchronous)
         except BaseException as exc:
