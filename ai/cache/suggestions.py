@@ -120,6 +120,7 @@ class _Entry:
     tail: str  # the window's last ``typeahead_chars`` normalised characters
     agreement: str
     content: tuple[str, ...]
+    text: str  # the cursor paragraph up to the cursor (``embedding_text``): typo fixes
     answer: str
     size: int
     expires: float
@@ -175,6 +176,7 @@ class SuggestionCache:
         hit = (
             self._exact(scopes, exact_key(query))
             or self._typeahead(scopes, variant, window)
+            or self._typo_fixed(scopes, variant, window)
             or (self._semantic(scopes, variant, window, vector) if vector is not None else None)
         )
         if hit is None:
@@ -241,6 +243,32 @@ class SuggestionCache:
                     rest = _rest_after(entry.answer, typed) if entry.variant == variant else None
                     if rest:
                         return CacheHit(TYPEAHEAD, rest, entry_id)
+        return None
+
+    def _typo_fixed(
+        self, scopes: list[_Scope], variant: tuple[str, str, str], window: str
+    ) -> CacheHit | None:
+        """The semantic layer's answer where no embedding is needed to decide it: the cursor
+        paragraph is an entry's with one word's typo fixed (or made), all else identical to the
+        character, and the content guard agrees. Such a pair is as similar as two texts get,
+        so the embedding (tens of ms when asked right after the edit) would only confirm it.
+        Off with the content guard, which it is made of."""
+        if not self.settings.content_guard:
+            return None
+        agreement = _agreement(window, self.settings.agreement_words)
+        text: str | None = None
+        content: tuple[str, ...] | None = None
+        for scope in scopes:
+            for entry_id in self._scopes[scope].by_agreement.get(agreement, ()):
+                entry = self._entries[entry_id]
+                if entry.variant != variant:
+                    continue
+                text = embedding_text(window) if text is None else text
+                if not one_typo_apart(entry.text, text):
+                    continue
+                content = content_words(window) if content is None else content
+                if same_content(entry.content, content):
+                    return CacheHit(SEMANTIC, entry.answer, entry_id)
         return None
 
     def _semantic(
@@ -312,6 +340,7 @@ class SuggestionCache:
             tail=_tail(window, settings),
             agreement=_agreement(window, settings.agreement_words),
             content=content_words(window),
+            text=embedding_text(window),
             answer=answer,
             size=size,
             expires=self._clock() + settings.ttl_seconds,
@@ -461,21 +490,58 @@ def same_content(cached: tuple[str, ...], new: tuple[str, ...]) -> bool:
     word added, removed or swapped, and numbers, negations and gendered pronouns identical."""
     if len(cached) != len(new):
         return False
-    for old, now in zip(cached, new, strict=True):
-        if old == now:
-            continue
-        if old in _STRICT or now in _STRICT or _has_digit(old) or _has_digit(now):
-            return False
-        if old.endswith("n't") or now.endswith("n't"):
-            return False
-        # A typo keeps a word's first letter and length class; a different word that happens
-        # to be a few letters away ("increased"/"decreased", "GB"/"MB") does not.
-        if old[0] != now[0] or min(len(old), len(now)) <= 3:
-            return False
-        allowed = 1 if max(len(old), len(now)) <= 5 else 2 if max(len(old), len(now)) <= 8 else 3
-        if _edit_distance(old, now) > allowed:
-            return False
-    return True
+    return all(old == now or _is_typo(old, now) for old, now in zip(cached, new, strict=True))
+
+
+def _is_typo(old: str, now: str) -> bool:
+    """Whether ``now`` is ``old`` mistyped (or corrected), not another word."""
+    if not old or not now:
+        return False
+    if old in _STRICT or now in _STRICT or _has_digit(old) or _has_digit(now):
+        return False
+    if old.endswith("n't") or now.endswith("n't"):
+        return False
+    # A typo keeps a word's first letter and length class; a different word that happens
+    # to be a few letters away ("increased"/"decreased", "GB"/"MB") does not.
+    if old[0] != now[0] or min(len(old), len(now)) <= 3:
+        return False
+    allowed = 1 if max(len(old), len(now)) <= 5 else 2 if max(len(old), len(now)) <= 8 else 3
+    return _edit_distance(old, now) <= allowed
+
+
+def one_typo_apart(cached: str, new: str) -> bool:
+    """Whether ``new`` is ``cached`` with the letters of one word changed (a typo fixed or
+    made) and every other character the same; the changed word must pass ``same_content``'s
+    typo rule. Linear in the texts' length."""
+    if cached == new:
+        return True
+    if abs(len(cached) - len(new)) > 3:
+        return False
+    start = _common_prefix(cached, new)
+    tail = _common_prefix(cached[start:][::-1], new[start:][::-1])
+    old_mid, new_mid = cached[start : len(cached) - tail], new[start : len(new) - tail]
+    if not all(part.isalpha() or not part for part in (old_mid, new_mid)):
+        return False  # a space, a digit or punctuation changed: not a typo in one word
+    while start > 0 and cached[start - 1].isalpha():
+        start -= 1
+    old_end, new_end = len(cached) - tail, len(new) - tail
+    while old_end < len(cached) and cached[old_end].isalpha():
+        old_end += 1
+    while new_end < len(new) and new[new_end].isalpha():
+        new_end += 1
+    return _is_typo(cached[start:old_end].casefold(), new[start:new_end].casefold())
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix, by bisection on slice equality (C speed)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _has_digit(word: str) -> bool:

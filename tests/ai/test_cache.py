@@ -18,6 +18,7 @@ from tether.ai.cache.suggestions import (
     SuggestionCache,
     content_words,
     embedding_text,
+    one_typo_apart,
     same_content,
 )
 
@@ -246,7 +247,9 @@ def test_the_shared_template_scope_serves_every_document() -> None:
 
 
 def test_synthetic_vectors_below_the_threshold_miss_and_above_it_hit() -> None:
-    cache = SuggestionCache(CacheSettings(threshold=0.92))
+    # The vectors alone decide here: with the content guard on, the same cursor paragraph is
+    # served without one (a real embedding of the same text is the same vector).
+    cache = SuggestionCache(CacheSettings(threshold=0.92, content_guard=False))
     base = unit(7)
     cache.put(q("so the team will", context="ctx one"), " ship it.", base)
     assert cache.lookup(q("so the team will", context="ctx two"), near(base, 8, 0.05)) is not None
@@ -280,6 +283,34 @@ def test_the_semantic_layer_is_only_possible_where_the_best_vector_would_hit(gua
         assert possible == (hit is not None), pair
         checked += 1
     assert checked > 100
+
+
+def test_a_fixed_typo_is_served_without_an_embedding_and_other_changes_are_not() -> None:
+    """Issue 28, item 7: a semantic hit asked right after the edit waited ~50 ms for the
+    embedding. A cursor paragraph that is an entry's with one word's typo fixed, all else
+    identical, is decided by text; anything else still needs the vector."""
+    cache = SuggestionCache()
+    cache.put(q("Our quarterly reprot shows that revenue grew"), " by 12%.", unit(1))
+    hit = cache.lookup(q("Our quarterly report shows that revenue grew"))  # no vector
+    assert hit is not None and (hit.layer, hit.text) == ("semantic", " by 12%.")
+    for changed in (
+        "Our quarterly report shows that revenue fell",  # another word: the agreement differs
+        "Our quarterly summary shows that revenue grew",  # another word, not a typo
+        "Our yearly reprot shows that revenue grew",  # another word
+        "Our quarterly reprot shows that revenue grew",  # the exact layer's, not this one's
+        "Our quarterly reprot shows, that revenue grew",  # punctuation changed
+        "Our quarterly reprot shows that no revenue grew",  # a word added (a negation)
+        "Our quarterly reprot shows that revenue grew",
+    ):
+        query = q(changed, context=changed + "!")  # never the exact entry
+        found = cache.lookup(query)
+        same = changed == "Our quarterly reprot shows that revenue grew"
+        assert (found is not None) == same, changed
+    assert cache.lookup(q("Our quarterly report shows that revenue grew", "doc-b")) is None
+    assert one_typo_apart("We recieved the files", "We received the files")
+    assert not one_typo_apart("We received 12 files", "We received 13 files")
+    assert not one_typo_apart("She said it was fine", "He said it was fine")
+    assert not one_typo_apart("the results increased", "the results decreased")
 
 
 def test_nothing_is_possible_for_new_text_or_in_another_document() -> None:
