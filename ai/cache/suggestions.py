@@ -13,6 +13,7 @@ entry stored for document B.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 import time
 import unicodedata
@@ -32,6 +33,7 @@ PREFETCH = "prefetch"  # an exact hit on an answer computed ahead, served for th
 LAYERS = (EXACT, TYPEAHEAD, SEMANTIC, PREFETCH)
 
 TYPEAHEAD_CHARS = 64  # text before what was typed that must equal the cached window's end
+TYPO_CANDIDATES = 32  # entries a typo-fixed lookup compares the cursor paragraph with, at most
 _ENTRY_OVERHEAD = 256  # bytes: dict slots, keys and the entry object, roughly
 _SPACES = re.compile(r"[ \t\u00a0]+")
 _BREAKS = re.compile(r"\n{2,}")
@@ -259,7 +261,10 @@ class SuggestionCache:
         text: str | None = None
         content: tuple[str, ...] | None = None
         for scope in scopes:
-            for entry_id in self._scopes[scope].by_agreement.get(agreement, ()):
+            same_words = self._scopes[scope].by_agreement.get(agreement, ())
+            # Bounded per lookup: a document whose entries all end in the same words (made to)
+            # must not make every request compare against thousands of them.
+            for entry_id in itertools.islice(same_words, TYPO_CANDIDATES):
                 entry = self._entries[entry_id]
                 if entry.variant != variant:
                     continue
