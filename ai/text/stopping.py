@@ -64,10 +64,12 @@ def stop_at(text: str, rule: str) -> str:
 
 
 def sure_cut(
-    text: str, confidences: Confidences, threshold: float, *, final: bool
+    text: str, confidences: Confidences, threshold: float, *, final: bool, offset: int = 0
 ) -> tuple[str, bool]:
     """The ``sure`` rule on a stream that so far produced ``text`` (``final``: all of it):
     (the part of the suggestion known so far, whether more text cannot change it).
+    ``confidences`` give each piece's end ``offset`` characters before ``text``'s start (the
+    stream's healed-away characters), so a stream keeps one list and never shifts it.
 
     The first word as the ``word`` rule gives it, whatever the model's confidence (what the
     server showed before this rule). Then each next word, its spaces and punctuation with it,
@@ -86,7 +88,7 @@ def sure_cut(
             done = final or (at < len(text) and text[at:].lstrip(" \t")[:1] != "")
             return text[:at], done
         complete = final or match.end() < len(text)
-        if _lowest(confidences, at, match.end()) < threshold:
+        if _lowest(confidences, at + offset, match.end() + offset) < threshold:
             return text[:at], True
         if not complete:
             return text[:at], False
@@ -200,8 +202,7 @@ async def shape(
             if not text:
                 continue
             if rule == SURE:
-                confidences = [(end - skip, confidence) for end, confidence in ends]
-                safe, decided = sure_cut(text, confidences, sure, final=False)
+                safe, decided = sure_cut(text, ends, sure, final=False, offset=skip)
             else:
                 safe, decided = settled(text, rule)
             if len(safe) > len(sent):
@@ -213,8 +214,7 @@ async def shape(
             healed = heal_output(raw, leftover, line_start)
             if rule == SURE:
                 skip = len(raw) - len(healed)
-                confidences = [(end - skip, confidence) for end, confidence in ends]
-                final = sure_cut(healed, confidences, sure, final=True)[0]
+                final = sure_cut(healed, ends, sure, final=True, offset=skip)[0]
             else:
                 final = stop_at(healed, rule)
             if len(final) > len(sent):
