@@ -25,6 +25,7 @@ import faiss
 import numpy as np
 
 from ..text.context import PROMPT_VERSION
+from ..text.positions import common_prefix
 
 EXACT = "exact"
 TYPEAHEAD = "typeahead"
@@ -522,8 +523,8 @@ def one_typo_apart(cached: str, new: str) -> bool:
         return True
     if abs(len(cached) - len(new)) > 3:
         return False
-    start = _common_prefix(cached, new)
-    tail = _common_prefix(cached[start:][::-1], new[start:][::-1])
+    start = common_prefix(cached, new)
+    tail = common_prefix(cached[start:][::-1], new[start:][::-1])
     old_mid, new_mid = cached[start : len(cached) - tail], new[start : len(new) - tail]
     if not all(part.isalpha() or not part for part in (old_mid, new_mid)):
         return False  # a space, a digit or punctuation changed: not a typo in one word
@@ -535,18 +536,6 @@ def one_typo_apart(cached: str, new: str) -> bool:
     while new_end < len(new) and new[new_end].isalpha():
         new_end += 1
     return _is_typo(cached[start:old_end].casefold(), new[start:new_end].casefold())
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """The length of the longest common prefix, by bisection on slice equality (C speed)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        middle = (low + high + 1) // 2
-        if a[:middle] == b[:middle]:
-            low = middle
-        else:
-            high = middle - 1
-    return low
 
 
 def _has_digit(word: str) -> bool:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from ..text.positions import common_prefix
+
 if TYPE_CHECKING:
     from ..text.anchors import TextAnchor
 
@@ -22,9 +24,9 @@ def edited_end(before: str, after: str) -> int | None:
     in between, the span covers all their edits and this is the end of the last one."""
     if before == after:
         return None
-    prefix = _common_prefix(before, after)
+    prefix = common_prefix(before, after)
     limit = min(len(before), len(after)) - prefix
-    suffix = _common_prefix(before[::-1][:limit], after[::-1][:limit])
+    suffix = common_prefix(before[::-1][:limit], after[::-1][:limit])
     return len(after) - suffix
 
 
@@ -47,18 +49,6 @@ def cursor_after_typing(
             return where + len(typed), True
     cursor = edited_end(before, text) if before is not None else None
     return None if cursor is None else (cursor, False)
-
-
-def _common_prefix(a: str, b: str) -> int:
-    """Length of the common prefix, by bisection over slice comparisons (C speed)."""
-    low, high = 0, min(len(a), len(b))
-    while low < high:
-        mid = (low + high + 1) // 2
-        if a[:mid] == b[:mid]:
-            low = mid
-        else:
-            high = mid - 1
-    return low
 
 
 class DutyCycle:

@@ -33,3 +33,16 @@ def index_to_utf8(text: str, index: int) -> int:
 
 def utf16_length(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
+
+
+def common_prefix(a: str, b: str) -> int:
+    """The length of the longest common prefix, by bisection over slice comparisons (C speed):
+    where two versions of a text start to differ."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if a[:middle] == b[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
