@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from websockets.asyncio import client as websockets_client
 
+from tests.ai.asking import UNSHAPED
 from tests.serverproc import ServerProcess
 from tether.client import ConnectionFailedError, TetherClient
 from tether.collab.bench.launcher import free_port
@@ -26,9 +27,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
         tmp_path_factory.mktemp("client"),
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=json.dumps(SCRIPT),
     ) as server:
         yield server

@@ -12,6 +12,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.ai.asking import UNSHAPED
 from tests.httppeer import HttpMuxPeer, create_session
 from tests.httpproxy import LoopbackProxy
 from tests.metrics_scrape import metric_value, metrics_text
@@ -319,9 +320,7 @@ async def test_ai_suggestions_work_unchanged_over_http(tmp_path: Path) -> None:
     with ServerProcess(
         tmp_path,
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=script,
     ) as ai_server:
         token = ai_server.token()

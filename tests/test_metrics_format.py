@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.ai.asking import UNSHAPED
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
@@ -22,9 +23,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
         tmp_path_factory.mktemp("metrics"),
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
     ) as server:
         yield server
 

@@ -14,6 +14,10 @@ from tests.serverproc import ServerProcess
 from tether.protocol.ai import Suggest
 from tether.protocol.client import DocumentHandle
 
+# The server's settings for tests of the model's stream itself: no length rule but the token
+# limit, no healing, no junk filter (what each test then sees is what the model wrote).
+UNSHAPED: dict[str, str] = {"ai_stop": "tokens", "ai_heal": "off", "ai_junk_filter": "off"}
+
 
 @dataclass
 class Answer:

@@ -10,6 +10,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.ai.asking import UNSHAPED
 from tests.serverproc import ServerProcess
 from tether.protocol.ai import Suggest
 from tether.protocol.client import DocumentHandle, TetherClient
@@ -24,9 +25,7 @@ def cache_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     with ServerProcess(
         Path(tmp_path_factory.mktemp("cache")),
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=SCRIPT,
     ) as proc:
         yield proc

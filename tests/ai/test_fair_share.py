@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.ai.asking import Answer, collect, send_suggest
+from tests.ai.asking import UNSHAPED, Answer, collect, send_suggest
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tether.ai.errors import Busy, QuotaExceeded
@@ -35,9 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
         tmp_path_factory.mktemp("fair"),
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=json.dumps(SLOW),
     ) as proc:
         yield proc

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.ai.asking import UNSHAPED
 from tests.ai.model_servers import TEXTS, homed_documents, suggest_to_the_end
 from tests.serverproc import ServerProcess
 from tether.protocol.client import TetherClient
@@ -43,9 +44,7 @@ async def test_two_workers_share_the_documents_and_cover_for_each_other(tmp_path
         ai_provider="local",
         ai_workers=2,
         ai_semantic="off",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_cache_entries=0,
         ai_prefetch_ms=0,
     ) as server:

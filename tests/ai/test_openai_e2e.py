@@ -23,6 +23,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.ai.asking import UNSHAPED
 from tests.ai.sse_upstream import ThreadedUpstream
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
@@ -58,9 +59,7 @@ def server(
     with ServerProcess(
         tmp_path_factory.mktemp("openai-e2e"),
         ai_provider="openai",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         openai_base_url=upstream.url,
         openai_model=MODEL,
         openai_api_key="sk-e2e",
@@ -249,9 +248,7 @@ async def test_an_unreachable_upstream_is_provider_unavailable(
     with ServerProcess(
         tmp_path_factory.mktemp("openai-down"),
         ai_provider="openai",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         openai_base_url=f"http://127.0.0.1:{port}",
         openai_model=MODEL,
         ai_timeout=AI_TIMEOUT,

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.ai.asking import ask, collect, metric, send_suggest, wait_metric
+from tests.ai.asking import UNSHAPED, ask, collect, metric, send_suggest, wait_metric
 from tests.serverproc import ServerProcess
 from tether.protocol.client import DocumentHandle, TetherClient
 
@@ -26,9 +26,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     with ServerProcess(
         Path(tmp_path_factory.mktemp("prefetch")),
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=SCRIPT,
         ai_prefetch_ms=200,
     ) as proc:
@@ -167,9 +165,7 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     with ServerProcess(
         Path(tmp_path_factory.mktemp("prefetch-local")),
         ai_provider="local",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_max_tokens=6,
         ai_prefetch_ms=200,
     ) as proc:

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.ai.asking import metric, wait_metric
+from tests.ai.asking import UNSHAPED, metric, wait_metric
 from tests.serverproc import ServerProcess
 from tether.protocol.ai import SuggestionEnd
 from tether.protocol.client import TetherClient
@@ -32,9 +32,7 @@ async def test_after_a_worker_restart_the_editors_context_is_warm_before_it_asks
         tmp_path,
         ai_provider="local",
         ai_semantic="off",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_cache_entries=0,
         ai_prefetch_ms=0,  # only requests (and the rewarm) evaluate contexts
     ) as server:

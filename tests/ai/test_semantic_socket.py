@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.ai.asking import ask, metric, wait_metric
+from tests.ai.asking import UNSHAPED, ask, metric, wait_metric
 from tests.serverproc import ServerProcess
 from tether.protocol.client import PermissionDeniedError, TetherClient
 
@@ -28,9 +28,7 @@ def semantic_server(path: Path, **settings: object) -> ServerProcess:
     return ServerProcess(
         path,
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=SCRIPT,
         ai_semantic="on",
         **settings,

@@ -24,6 +24,7 @@ import httpx
 import pytest
 from pycrdt import Assoc
 
+from tests.ai.asking import UNSHAPED
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tether.protocol.ai import decode_server_message
@@ -51,9 +52,7 @@ def local_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
         tmp_path_factory,
         "local",
         ai_provider="local",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_max_tokens=6,
     ) as proc:
         yield proc
@@ -65,9 +64,7 @@ def scripted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess
         tmp_path_factory,
         "scripted",
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=json.dumps(SLOW),
     ) as proc:
         yield proc
@@ -81,9 +78,7 @@ def narrow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         tmp_path_factory,
         "narrow",
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=json.dumps(script),
         ai_queue_limit=1,
     ) as proc:
@@ -96,9 +91,7 @@ def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
         tmp_path_factory,
         "failing",
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script='{"fail": "boom"}',
     ) as proc:
         yield proc
@@ -114,9 +107,7 @@ def fast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
         tmp_path_factory,
         "fast",
         ai_provider="scripted",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_script=json.dumps(script),
     ) as proc:
         yield proc

@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.ai.asking import UNSHAPED
 from tests.ai.model_servers import TEXTS, homed_documents, suggest_to_the_end
 from tests.llama_upstream import LlamaServer, missing_modules
 from tests.serverproc import ServerProcess
@@ -44,9 +45,7 @@ async def test_documents_spread_over_two_model_servers_and_survive_one_dying(
             openai_base_url=f"{first.url},{second.url}",
             openai_model=ALIAS,
             openai_api="completions",
-            ai_stop="tokens",
-            ai_heal="off",
-            ai_junk_filter="off",
+            **UNSHAPED,
             ai_cache_entries=0,
             ai_prefetch_ms=0,
         ) as server,

@@ -22,7 +22,7 @@ import anyio
 import pytest
 from pycrdt import Doc, Text
 
-from tests.ai.asking import Answer, ask, collect, utf16_len
+from tests.ai.asking import UNSHAPED, Answer, ask, collect, utf16_len
 from tests.serverproc import ServerProcess
 from tether.protocol.ai import Suggest, WatchStatus
 from tether.protocol.client import DocumentHandle, TetherClient
@@ -60,9 +60,7 @@ def local(tmp_path: Path) -> Iterator[ServerProcess]:
     with ServerProcess(
         tmp_path,
         ai_provider="local",
-        ai_stop="tokens",
-        ai_heal="off",
-        ai_junk_filter="off",
+        **UNSHAPED,
         ai_max_tokens=8,
     ) as server:
         yield server
@@ -74,9 +72,7 @@ def start_faulty(tmp_path: Path, fault: str, **settings: object) -> ServerProces
         return ServerProcess(
             tmp_path,
             ai_provider="local",
-            ai_stop="tokens",
-            ai_heal="off",
-            ai_junk_filter="off",
+            **UNSHAPED,
             **settings,
         ).start()
     finally:
