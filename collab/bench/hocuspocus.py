@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .launcher import REPO, free_port, terminate_process
+from .launcher import REPO, free_port, log_tail, terminate_process
 
 SCRIPT = Path("tests") / "js" / "hocuspocus_server.mjs"
 
@@ -88,10 +88,7 @@ class HocuspocusProcess:
         raise RuntimeError(f"Hocuspocus did not listen within {timeout}s:\n{self.log()}")
 
     def log(self) -> str:
-        try:
-            return Path(self._log.name).read_text(errors="replace")[-5000:]
-        except OSError:
-            return ""
+        return log_tail(Path(self._log.name), 5000)
 
     def stop(self) -> None:
         terminate_process(self.proc)

@@ -161,23 +161,11 @@ class ServerProcess:
         raise RuntimeError(f"AI did not settle in {timeout}s: {self.health()}\n{self.log()}")
 
     def _wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited early:\n{self.log()}")
-            try:
-                if httpx.get(self.http_url + "/health", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)  # polling a process we just spawned; not test synchronisation
-        raise RuntimeError(f"server not healthy after {timeout}s:\n{self.log()}")
+        assert self.proc is not None
+        wait_http_ok(self.proc, self.http_url + "/health", timeout, "server", self.log)
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-5000:]
-        except OSError:
-            return ""
+        return log_tail(self.log_path, 5000)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hooks, no flush — what a crash looks like."""
@@ -203,3 +191,28 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def wait_http_ok(
+    proc: subprocess.Popen[bytes], url: str, timeout: float, what: str, log: Any
+) -> None:
+    """Until ``url`` answers 200, or fail naming ``what`` with ``log()`` when ``proc`` exits
+    first or ``timeout`` passes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited early:\n{log()}")
+        try:
+            if httpx.get(url, timeout=0.5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.05)  # polling a process we just spawned; not test synchronisation
+    raise RuntimeError(f"{what} not ready after {timeout}s:\n{log()}")
+
+
+def log_tail(path: Path, chars: int) -> str:
+    """The last ``chars`` characters of a spawned process's log ("" if there is none)."""
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError:
+        return ""

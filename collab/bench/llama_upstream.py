@@ -8,12 +8,9 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
-from .launcher import free_port, terminate_process
+from .launcher import free_port, log_tail, terminate_process, wait_http_ok
 
 SERVER_MODULES = ("llama_cpp", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
 
@@ -86,20 +83,8 @@ class LlamaServer:
         terminate_process(self.proc)
 
     def _wait_ready(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited early:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/models", timeout=0.5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.05)  # polling a process we just spawned; not test synchronisation
-        raise RuntimeError(f"llama_cpp.server not ready after {timeout}s:\n{self.log()}")
+        assert self.proc is not None
+        wait_http_ok(self.proc, f"{self.url}/models", timeout, "llama_cpp.server", self.log)
 
     def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
+        return log_tail(self.log_path, 4000)
