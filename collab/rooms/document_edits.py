@@ -26,7 +26,7 @@ from ..updates.guard import UpdateRefused, check_applied_origin_order, check_ori
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from ..updates.slicing import load_slices, slice_update, wants_slices
 from .direct import TEXT_NAME
-from .room import InvalidUpdate, Room, apply_update
+from .room import InvalidUpdate, Room, apply_update, broadcast_pieces
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +70,13 @@ async def _import_off_loop(room: Room, update: bytes, origin: object) -> int:
         sliced = await asyncio.to_thread(slice_update, *read)
         if sliced is None:
             raise ImportRefused("malformed", "update refused: its structs cannot be put in order")
+        pieces = None
+        if len(read[0]) > room.settings.max_message_bytes:  # the peers' copy, cut off the loop
+            pieces = await asyncio.to_thread(
+                broadcast_pieces, read[0], room.settings.max_message_bytes
+            )
         try:
-            return await room.import_sliced(read[0], sliced, origin)
+            return await room.import_sliced(read[0], sliced, origin, pieces)
         except (InvalidUpdate, UpdateRefused) as exc:
             limit = exc.limit if isinstance(exc, UpdateRefused) else "apply_failed"
             raise ImportRefused(limit, f"update refused: {exc}") from exc

@@ -242,7 +242,7 @@ class Room:
             read: ReadUpdate | MalformedUpdate = await read_update(update)
             cap = self.settings.max_message_bytes
             if len(read[0]) > cap:
-                pieces = await asyncio.to_thread(_pieces, read[0], cap)
+                pieces = await asyncio.to_thread(broadcast_pieces, read[0], cap)
             if wants_slices(*read):
                 sliced = await asyncio.to_thread(slice_update, *read)
                 await self._receive_sliced(peer, read[0], sliced, pieces)
@@ -279,16 +279,24 @@ class Room:
             self._refuse_update(peer, "apply_failed", str(exc))
             raise
 
-    async def import_sliced(self, update: bytes, sliced: SlicedUpdate, origin: object) -> int:
+    async def import_sliced(
+        self,
+        update: bytes,
+        sliced: SlicedUpdate,
+        origin: object,
+        pieces: list[bytes] | None = None,
+    ) -> int:
         """An update of many structs made by the server itself (a REST import), applied in
         slices as a peer's is; raises ``RoomClosed``, ``UpdateRefused`` or ``InvalidUpdate``
-        (nothing of it kept), else returns once it is durable, as ``edit`` does."""
+        (nothing of it kept), else returns once it is durable, as ``edit`` does. ``pieces``:
+        the update already cut for the broadcast (``broadcast_pieces``, in a worker thread), if
+        it is over the outgoing message cap; cut on the loop it held it 0.3-0.5 s at 1.7 MB."""
         if self._reload.running is not None or self.deleted:
             raise RoomClosed(self.name)
         missing = self.guard.lacking(sliced.needs)
         if missing is not None:
             raise missing
-        return await (await self._apply_sliced(update, sliced, origin, None))
+        return await (await self._apply_sliced(update, sliced, origin, pieces))
 
     async def _apply_sliced(
         self,
@@ -608,7 +616,7 @@ class Room:
 _PRESENCE_SNAPSHOT = "presence"
 
 
-def _pieces(update: bytes, cap: int) -> list[bytes] | None:
+def broadcast_pieces(update: bytes, cap: int) -> list[bytes] | None:
     """``update`` cut into updates of at most ``cap`` bytes, or None if it cannot be (then the
     broadcast cuts it, and fails, as it would have)."""
     try:
