@@ -35,6 +35,9 @@ LAYERS = (EXACT, TYPEAHEAD, SEMANTIC, PREFETCH)
 
 TYPEAHEAD_CHARS = 64  # text before what was typed that must equal the cached window's end
 TYPO_CANDIDATES = 32  # entries a typo-fixed lookup compares the cursor paragraph with, at most
+# Entries ``semantic_possible`` compares, at most; past them it answers "possible" and lets the
+# embedding (off the loop) and the index decide: a peek must not scan thousands on the loop.
+POSSIBLE_CANDIDATES = 256
 _ENTRY_OVERHEAD = 256  # bytes: dict slots, keys and the entry object, roughly
 _SPACES = re.compile(r"[ \t\u00a0]+")
 _BREAKS = re.compile(r"\n{2,}")
@@ -199,15 +202,21 @@ class SuggestionCache:
         """Whether some vector could make ``lookup`` find a semantic hit for ``query``: an
         entry of its scopes has the same variant, the same last words and (with the guard)
         the same content words up to typos. False means embedding the query's context cannot
-        change the answer, so it need not be computed (a peek: nothing is counted)."""
+        change the answer, so it need not be computed (a peek: nothing is counted). Bounded:
+        past ``POSSIBLE_CANDIDATES`` entries ending in the same words it says True, unchecked
+        (a document whose entries all end alike, made to, costs an embedding, not a scan)."""
         self._expire()
         variant = (query.kind, query.model, query.prompt_version)
         window = normalise(query.window)
         agreement = _agreement(window, self.settings.agreement_words)
         content: tuple[str, ...] | None = None
+        compared = 0
         for scope in (_doc(query.document), TEMPLATE):
             tables = self._scopes.get(scope)
             for entry_id in tables.by_agreement.get(agreement, ()) if tables else ():
+                if compared == POSSIBLE_CANDIDATES:
+                    return True
+                compared += 1
                 entry = self._entries[entry_id]
                 if entry.variant != variant:
                     continue

@@ -326,6 +326,35 @@ def test_nothing_is_possible_for_new_text_or_in_another_document() -> None:
 # ---- bounds -------------------------------------------------------------------------------
 
 
+def test_whether_a_semantic_hit_is_possible_is_decided_in_bounded_work(monkeypatch) -> None:
+    """A document whose entries all end in the same four words (made to) must not make every
+    request's peek compare thousands of them on the event loop: past POSSIBLE_CANDIDATES it
+    answers True unchecked, so the embedding and the index decide; under it, as before."""
+    import tether.ai.cache.suggestions as suggestions
+
+    cache = SuggestionCache(CacheSettings(max_entries=2000))
+    for i in range(suggestions.POSSIBLE_CANDIDATES + 50):
+        cache.put(q(f"Item {i} zebra{i} says that revenue grew"), " fast.", unit(i % 300))
+    compared = 0
+    real = suggestions.same_content
+
+    def counted(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+        nonlocal compared
+        compared += 1
+        return real(a, b)
+
+    monkeypatch.setattr(suggestions, "same_content", counted)
+    query = q("Other words entirely, says that revenue grew")  # matches no entry's content
+    assert cache.semantic_possible(query)  # unknown past the bound: the vector decides
+    assert compared == suggestions.POSSIBLE_CANDIDATES
+    assert cache.lookup(query, unit(1000)) is None  # and the guarded lookup still misses
+
+    few = SuggestionCache()
+    for i in range(10):
+        few.put(q(f"Item {i} zebra{i} says that revenue grew"), " fast.", unit(i))
+    assert not few.semantic_possible(query)  # under the bound every entry is compared
+
+
 def test_eviction_by_entries_is_least_recently_used_first_and_removes_vectors() -> None:
     cache = SuggestionCache(CacheSettings(max_entries=3))
     for i in range(3):
