@@ -90,8 +90,9 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="TARGETS",
         help="comma-separated: 'hocuspocus', 'hocuspocus-sqlite' (persisting with its SQLite"
-        " extension) and/or paths of other tether checkouts (git worktrees); each rep starts a"
-        " fresh server per target, this checkout's included, in turn, and reports medians"
+        " extension), 'with-ai' (this checkout with its model decoding nonstop: the ratios"
+        " are with-ai/this) and/or paths of other tether checkouts (git worktrees); each rep"
+        " starts a fresh server per target, this checkout's included, in turn, and reports medians"
         " and this checkout's ratios (collab.bench.sync_compare)",
     )
     parser.add_argument("--reps", type=int, default=4, help="reps per target with --compare")
@@ -565,15 +566,23 @@ def _side_by_side(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def ai_settings(with_ai: bool, pin: bool) -> dict[str, object]:
+    """The server's AI flags for a run: off, or the embedded model as shipped, except that each
+    suggestion runs to the request's 24 tokens (``--ai-stop tokens``): under the default sure
+    rule most stop after a word, and the load would be prompts more than decoding."""
+    if not with_ai:
+        return {"ai_provider": "none"}
+    ai: dict[str, object] = {"ai_provider": "local", **PRODUCT_AI, "ai_stop": "tokens"}
+    if pin:
+        # The model on the driver's CPUs, not the server's: how a deployment with the cores
+        # for it partitions them (--ai-cpus).
+        ai["ai_cpus"] = ",".join(str(cpu) for cpu in sorted(split_cpus()[1]))
+    return ai
+
+
 def _run_against_own_server(args: argparse.Namespace, transport: str = "ws") -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as data_dir:
-        ai: dict[str, object] = {"ai_provider": "none"}
-        if args.with_ai:
-            ai = {"ai_provider": "local", **PRODUCT_AI}
-            if args.pin:
-                # The model on the driver's CPUs, not the server's: how a deployment with
-                # the cores for it partitions them (--ai-cpus).
-                ai["ai_cpus"] = ",".join(str(cpu) for cpu in sorted(split_cpus()[1]))
+        ai = ai_settings(args.with_ai, args.pin)
         # Every editor is a socket from 127.0.0.1: lift the per-address limit for this run.
         proc = ServerProcess(
             Path(data_dir),

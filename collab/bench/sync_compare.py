@@ -3,13 +3,15 @@ servers, side by side in one run, so that ratios survive a noisy machine.
 
 Targets: this checkout's tether (always, first), ``hocuspocus`` (``tests/js/hocuspocus_server.mjs``
 on Node), ``hocuspocus-sqlite`` (the same with Hocuspocus's SQLite extension: a peer that
-persists, debounced), and any other tether checkout given by path (a git worktree of an older
-commit: the "before" build; its own code runs, from its directory). Each rep starts a fresh
-server per target, drives it with ``collab.bench.sync.drive`` and stops it; the targets take
-turns, in an order that rotates each rep, so drift in the machine's load spreads over all of
-them. Reported: per target the median over reps of server CPU s per 1000 edits, fan-out and ack
-p50/p99, and this checkout's ratio to each other target; every rep's figures too. A benchmark,
-not a test.
+persists, debounced), ``with-ai`` (this checkout again, its embedded model decoding nonstop
+for one editor who asks for a suggestion after each answer, the python driver's: how much sync
+pays for AI load, reported as ``with-ai/this``), and any other tether checkout given by path (a
+git worktree of an older commit: the "before" build; its own code runs, from its directory).
+Each rep starts a fresh server per target, drives it with ``collab.bench.sync.drive`` and stops
+it; the targets take turns, in an order that rotates each rep, so drift in the machine's load
+spreads over all of them. Reported: per target the median over reps of server CPU s per 1000
+edits, fan-out and ack p50/p99, and this checkout's ratio to each other target; every rep's
+figures too. A benchmark, not a test.
 """
 
 from __future__ import annotations
@@ -26,10 +28,11 @@ from typing import Any
 from .hocuspocus import HocuspocusProcess
 from .launcher import REPO, ServerProcess
 from .pinning import pinned
-from .sync import drive
+from .sync import ai_settings, drive
 
 HOCUSPOCUS = "hocuspocus"
 HOCUSPOCUS_SQLITE = "hocuspocus-sqlite"
+WITH_AI = "with-ai"
 
 # Figures compared, as (name in the summary, how to read it from one drive's result).
 _FIGURES: dict[str, tuple[str, str | None]] = {
@@ -46,13 +49,18 @@ class Target:
     label: str
     repo: Path | None  # None: Hocuspocus
     durable: bool = False  # Hocuspocus with its SQLite extension
+    with_ai: bool = False  # this checkout with its model decoding nonstop beside the load
 
 
 def parse_targets(compare: str) -> list[Target]:
-    """This checkout first, then each comma-separated ``hocuspocus`` or checkout path."""
+    """This checkout first, then each comma-separated ``hocuspocus``, ``with-ai`` or checkout
+    path."""
     targets = [Target("this", REPO)]
     for raw in (part.strip() for part in compare.split(",")):
         if not raw:
+            continue
+        if raw == WITH_AI:
+            targets.append(Target(WITH_AI, REPO, with_ai=True))
             continue
         if raw in (HOCUSPOCUS, HOCUSPOCUS_SQLITE):
             targets.append(Target(raw, None, durable=raw == HOCUSPOCUS_SQLITE))
@@ -60,8 +68,8 @@ def parse_targets(compare: str) -> list[Target]:
         repo = Path(raw).expanduser().resolve()
         if not (repo / "collab" / "cli.py").is_file():
             raise SystemExit(
-                f"--compare: {raw} is neither 'hocuspocus', 'hocuspocus-sqlite' nor a tether"
-                " checkout"
+                f"--compare: {raw} is neither 'hocuspocus', 'hocuspocus-sqlite', 'with-ai' nor"
+                " a tether checkout"
             )
         targets.append(Target(repo.name, repo))
     labels = [t.label for t in targets]
@@ -74,6 +82,12 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
     if args.protocol != "tether" or args.transport != "ws" or args.url is not None:
         raise SystemExit("--compare drives servers it starts itself, over /ws (tether protocol)")
     targets = parse_targets(args.compare)
+    if args.with_ai:
+        raise SystemExit("--compare with-ai runs with and without AI; drop --with-ai")
+    if any(t.with_ai for t in targets) and getattr(args, "driver", "python") != "python":
+        raise SystemExit(
+            "--compare with-ai: the editor asking for suggestions is the python driver's"
+        )
     runs: dict[str, list[dict[str, Any]]] = {t.label: [] for t in targets}
     for rep in range(args.reps):
         shift = rep % len(targets)
@@ -98,17 +112,20 @@ def _run_one(args: argparse.Namespace, target: Target) -> dict[str, Any]:
             own.server_pid = hocuspocus.proc.pid
             with pinned(own.server_pid, args.pin):
                 return asyncio.run(drive(own, hocuspocus.ws_url, "bench"))
+    own.with_ai = target.with_ai
     with tempfile.TemporaryDirectory() as data_dir:
         proc = ServerProcess(
             Path(data_dir),
             repo=target.repo,
-            ai_provider="none",
             send_queue_frames=8192,  # as a plain ``tether bench sync`` run
             max_connections_per_address=args.editors + 16,
             http_sessions_per_address=args.editors + 16,
+            **ai_settings(target.with_ai, args.pin),
         )
         with proc:
             assert proc.proc is not None
+            if target.with_ai:
+                proc.wait_embedder()
             own.server_pid = proc.proc.pid
             with pinned(own.server_pid, args.pin):
                 return asyncio.run(drive(own, proc.ws_url, args.token or proc.token(["*"])))
@@ -126,6 +143,10 @@ def _median(values: list[float | None]) -> float | None:
     return round(statistics.median(present), 3) if present else None
 
 
+def _ratio(top: float | None, bottom: float | None) -> float | None:
+    return None if top is None or not bottom else round(top / bottom, 3)
+
+
 def summarise(
     args: argparse.Namespace, targets: list[Target], runs: dict[str, list[dict[str, Any]]]
 ) -> dict[str, Any]:
@@ -137,16 +158,18 @@ def summarise(
             for name, (key, sub) in _FIGURES.items()
         }
         medians[target.label]["updates_sent"] = _median([r["updates_sent"] for r in reps])
+        if target.with_ai:
+            medians[target.label]["ai_suggestions_completed"] = _median(
+                [r["ai_suggestions_completed"] for r in reps]
+            )
     ratios: dict[str, dict[str, float | None]] = {}
     this = medians["this"]
     for target in targets[1:]:
         other = medians[target.label]
-        ratios[f"this/{target.label}"] = {
-            name: None
-            if this[name] is None or not other[name]
-            else round(this[name] / other[name], 3)  # type: ignore[operator]
-            for name in _FIGURES
-        }
+        # With AI, what sync pays for it: the loaded run over the quiet one.
+        top, bottom = (other, this) if target.with_ai else (this, other)
+        label = f"{target.label}/this" if target.with_ai else f"this/{target.label}"
+        ratios[label] = {name: _ratio(top[name], bottom[name]) for name in _FIGURES}
     return {
         "settings": {
             "editors": args.editors,
@@ -156,7 +179,7 @@ def summarise(
             "reps": args.reps,
             "pinned": args.pin,
             "driver": getattr(args, "driver", "python"),
-            "targets": {t.label: str(t.repo) if t.repo else HOCUSPOCUS for t in targets},
+            "targets": {t.label: str(t.repo) if t.repo else t.label for t in targets},
         },
         "medians": medians,
         "ratios": ratios,
