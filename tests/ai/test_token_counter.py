@@ -14,7 +14,7 @@ import pytest
 from tether.ai.factory import model_token_counter
 from tether.ai.model.gguf_meta import GgufError, read_metadata
 from tether.ai.model.providers.local import default_model_path
-from tether.ai.model.token_counter import gguf_token_counter
+from tether.ai.model.token_counter import ResumingCount, gguf_token_counter, stable_cut
 from tether.ai.text.context import COMPLETE_PREFIX
 
 SAMPLES = [
@@ -54,6 +54,56 @@ def test_counts_equal_llama_cpp_s_on_every_sample_and_on_random_text(model_path,
         assert count(text) == len(llama_tokenize(text)), text
     # The estimate it replaces was off by half on some of these.
     assert count(SAMPLES[2]) > len(SAMPLES[2]) // 4 * 1.5
+
+
+WORDS = [*"aeiou", "the", "lighthouse", "Café", "naïve", "déjà", "ß", "🙂", "日本語", "Ελληνικά"]
+SEPARATORS = [" ", " ", " ", "  ", ", ", ". ", " (", " ,", ' "', "\n", "\r\n", " 12 ", "-", "'s "]
+SEPARATORS += ["   ", "<|im_end|>", "\t", " <|im_start|>"]  # where a looser cut counts wrong
+
+
+def test_a_paragraph_typed_at_its_end_is_counted_exactly_from_a_remembered_head(
+    model_path, llama_tokenize
+):
+    """``ResumingCount``: each ask counts the cursor's paragraph, one keystroke longer, and only
+    what follows the remembered head is tokenized; every count still equals llama.cpp's,
+    through typing, edits inside the remembered head, deletions and a second paragraph."""
+    count = gguf_token_counter(model_path)
+    assert isinstance(count, ResumingCount)
+    rng = random.Random("resuming")
+    tokenized: list[int] = []
+    inner = count._count
+    count._count = lambda text: tokenized.append(len(text)) or inner(text)
+    text, other = "", "Another paragraph entirely, " * 30
+    for step in range(1200):
+        if step % 150 == 149:  # an edit inside the head: it no longer matches
+            at = rng.randrange(len(text))
+            text = text[:at] + rng.choice(WORDS) + text[at + 1 :]
+        elif step % 97 == 96:
+            text = text[: -rng.randrange(1, 30)]  # deleted back
+        else:
+            text += rng.choice(WORDS) + rng.choice(SEPARATORS)
+        for typed in (text, other if step % 10 == 0 else None):
+            if typed is not None:
+                assert count(typed) == len(llama_tokenize(typed)), (step, typed[-80:])
+    assert len(text) > 3 * ResumingCount.MIN_CHARS
+    long_steps = sorted(tokenized[-200:])
+    assert long_steps[len(long_steps) // 2] < 200  # most asks tokenize only a short tail
+
+
+def test_the_remembered_heads_are_bounded(model_path) -> None:
+    count = gguf_token_counter(model_path)
+    assert isinstance(count, ResumingCount)
+    for i in range(ResumingCount.HEADS * 3):
+        count(f"Paragraph number {i} of many. " * 40)
+    assert len(count._heads) == ResumingCount.HEADS  # the least recently used went
+
+
+def test_a_stable_cut_is_a_single_space_between_two_letters() -> None:
+    assert stable_cut("ab cd ef", 1, 8) == 5
+    assert stable_cut("ab cd ef", 1, 5) == 2
+    assert stable_cut("ab  cd", 1, 6) == -1  # two spaces: the pre-tokenizer splits them
+    assert stable_cut("ab 1d 2, y", 1, 10) == -1  # a digit, a comma: not letters
+    assert stable_cut("é 日", 1, 3) == 1  # any script's letters
 
 
 def test_the_server_builds_the_counter_for_the_embedded_model(model_path, llama_tokenize):
