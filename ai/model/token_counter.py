@@ -67,9 +67,10 @@ class ResumingCount:
     paragraph, one keystroke longer than last time, and a 2,000-character one cost the event
     loop 0.6 ms of tokenizing per suggestion. The count of a head of the text ending at a
     stable cut is remembered (by the text's first characters), and only what follows it is
-    tokenized. Stable cut: a single space between two letters ("ab cd" is always "ab" + " cd"
-    in a GPT-2-style byte-level pre-tokenizer, whatever comes before or after), and no BPE
-    merge crosses a pre-token, so the count is the head's plus the rest's, exactly."""
+    tokenized. The head ends before a space that follows a non-space character, where a
+    GPT-2-style byte-level pre-tokenizer always cuts ("ab, cd" is "ab" "," " cd" whatever comes
+    before or after: ``stable_cut``), and no BPE merge crosses a pre-token, so the count is the
+    head's plus the rest's, exactly."""
 
     MIN_CHARS = 512  # shorter text is counted whole: as fast
     TAIL_CHARS = 64  # the remembered head stops this short of the end, so it outlives typing
@@ -100,19 +101,23 @@ class ResumingCount:
 
 
 def stable_cut(text: str, low: int, high: int) -> int:
-    """The last index in ``[low, high)`` of a space between two letters in ``text``, or -1."""
+    """The last index in ``[low, high)`` of a space right after a character that is not
+    whitespace, or -1. The pre-tokenizer's pieces of non-whitespace (letters, digits,
+    punctuation, contractions) never take a space after them, and every piece that can begin
+    with a space begins there: the pieces before the index are the same with or without what
+    follows, and those after it the same with or without what precedes."""
     at = text.rfind(" ", low, high)
     while at >= low:
-        if text[at - 1].isalpha() and at + 1 < len(text) and text[at + 1].isalpha():
+        if not text[at - 1].isspace():  # str.isspace holds for all Unicode White_Space
             return at
         at = text.rfind(" ", low, at)
     return -1
 
 
 def _cut_safe(token: str) -> bool:
-    """A verbatim token (matched whole in text before pre-tokenizing) that cannot hold or end
-    at a stable cut: no space in it, no letter at either end."""
-    return bool(token) and " " not in token and not token[0].isalpha() and not token[-1].isalpha()
+    """A verbatim token (matched whole in text before pre-tokenizing) that cannot straddle a
+    stable cut: no space in it."""
+    return bool(token) and " " not in token
 
 
 def _verbatim(meta: dict[str, Any]) -> list[str]:

@@ -58,7 +58,7 @@ def test_counts_equal_llama_cpp_s_on_every_sample_and_on_random_text(model_path,
 
 WORDS = [*"aeiou", "the", "lighthouse", "Café", "naïve", "déjà", "ß", "🙂", "日本語", "Ελληνικά"]
 SEPARATORS = [" ", " ", " ", "  ", ", ", ". ", " (", " ,", ' "', "\n", "\r\n", " 12 ", "-", "'s "]
-SEPARATORS += ["   ", "<|im_end|>", "\t", " <|im_start|>"]  # where a looser cut counts wrong
+SEPARATORS += ["   ", "<|im_end|>", "\t", " <|im_start|>", "\n ", "\u00a0 ", "\u2003 "]
 
 
 def test_a_paragraph_typed_at_its_end_is_counted_exactly_from_a_remembered_head(
@@ -90,6 +90,20 @@ def test_a_paragraph_typed_at_its_end_is_counted_exactly_from_a_remembered_head(
     assert long_steps[len(long_steps) // 2] < 200  # most asks tokenize only a short tail
 
 
+def test_llama_cpp_counts_a_text_as_its_parts_at_every_stable_cut(llama_tokenize) -> None:
+    rng = random.Random("cuts")
+    checked = 0
+    for _ in range(300):
+        text = "".join(rng.choice(WORDS) + rng.choice(SEPARATORS) for _ in range(12))
+        whole = len(llama_tokenize(text))
+        for at in range(1, len(text)):
+            if stable_cut(text, at, at + 1) == at:
+                parts = len(llama_tokenize(text[:at])) + len(llama_tokenize(text[at:]))
+                assert parts == whole, (text, at)
+                checked += 1
+    assert checked > 1000
+
+
 def test_the_remembered_heads_are_bounded(model_path) -> None:
     count = gguf_token_counter(model_path)
     assert isinstance(count, ResumingCount)
@@ -98,12 +112,13 @@ def test_the_remembered_heads_are_bounded(model_path) -> None:
     assert len(count._heads) == ResumingCount.HEADS  # the least recently used went
 
 
-def test_a_stable_cut_is_a_single_space_between_two_letters() -> None:
+def test_a_stable_cut_is_a_space_after_a_character_that_is_not_whitespace() -> None:
     assert stable_cut("ab cd ef", 1, 8) == 5
     assert stable_cut("ab cd ef", 1, 5) == 2
-    assert stable_cut("ab  cd", 1, 6) == -1  # two spaces: the pre-tokenizer splits them
-    assert stable_cut("ab 1d 2, y", 1, 10) == -1  # a digit, a comma: not letters
-    assert stable_cut("é 日", 1, 3) == 1  # any script's letters
+    assert stable_cut("ab, 12 (x", 1, 9) == 6  # after a digit, a comma: cuts too
+    assert stable_cut("ab   cd", 1, 7) == 2  # not inside a run of spaces
+    assert stable_cut("ab\n cd", 1, 6) == -1
+    assert stable_cut("é 日", 1, 3) == 1  # any script
 
 
 def test_the_server_builds_the_counter_for_the_embedded_model(model_path, llama_tokenize):
