@@ -132,7 +132,8 @@ class TetherServer:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
-            await stack.enter_async_context(LoopWatch(self.metrics.loop_lag))
+            watch = LoopWatch(self.metrics.loop_lag, until_serving=True)
+            await stack.enter_async_context(watch)
             built = build_store(settings, self.metrics, self._given_store)
             backend = await stack.enter_async_context(built.store)
             rooms = self._room_manager(backend)
@@ -167,6 +168,7 @@ class TetherServer:
                 send_budget,
             )
             await stack.enter_async_context(self.http_transport.running(self.context))
+            watch.serving()
         except BaseException:
             self.context = None
             self.store, self.rooms, self.ai = None, None, None

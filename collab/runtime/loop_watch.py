@@ -37,9 +37,18 @@ class LoopWatch:
     """``async with LoopWatch(histogram):`` beats every ``interval`` seconds while open."""
 
     def __init__(
-        self, lag: LoopHistogram, *, interval: float = 0.05, threshold: float = 0.25
+        self,
+        lag: LoopHistogram,
+        *,
+        interval: float = 0.05,
+        threshold: float = 0.25,
+        until_serving: bool = False,
     ) -> None:
         self._lag = lag
+        # With ``until_serving``, the histogram waits for ``serving()``: start-up's turns
+        # (imports, opening the store, the AI's modules: 0.04-1 s) ran before the port
+        # listened, so no client waited on them, and on a short run they set its p99.
+        self._observing = not until_serving
         self._interval = interval
         self._threshold = threshold
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -58,6 +67,10 @@ class LoopWatch:
         self._thread.start()
         return self
 
+    def serving(self) -> None:
+        """From now on every beat's lateness is observed (held turns are logged throughout)."""
+        self._observing = True
+
     async def __aexit__(self, *exc: object) -> None:
         self._stop.set()
         if self._timer is not None:
@@ -72,7 +85,8 @@ class LoopWatch:
     def _beat(self) -> None:
         now = time.monotonic()
         late = max(0.0, now - self._expected)
-        self._lag.observe(late)
+        if self._observing:
+            self._lag.observe(late)
         self._beat_at = now
         if late > self._threshold:
             self.stalls += 1
