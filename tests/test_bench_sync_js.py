@@ -47,6 +47,10 @@ def test_js_editors_drive_this_server(tmp_path: Path) -> None:
     assert all(
         row["cpu_s"] == pytest.approx(row["user_s"] + row["system_s"], abs=0.011) for row in threads
     )
+    # What the server saw itself, from its /metrics around the window: bucket bounds in ms.
+    assert isinstance(result["server_ack_p99_ms"], float) and result["server_ack_p99_ms"] > 0
+    assert result["server_loop_lag_max_ms"] is not None
+    assert result["server_loop_lag_p99_ms"] <= result["server_loop_lag_max_ms"]
 
 
 def test_js_editors_drive_hocuspocus_side_by_side(tmp_path: Path) -> None:
@@ -59,6 +63,8 @@ def test_js_editors_drive_hocuspocus_side_by_side(tmp_path: Path) -> None:
         assert len(runs) == 1 and runs[0]["errors"] == 0, label
         assert runs[0]["updates_sent"] >= 6 * 5 * 2 * 0.8, label
     assert isinstance(result["ratios"], dict) and result["ratios"]
+    assert reps["this"][0]["server_ack_p99_ms"] is not None
+    assert reps["hocuspocus"][0]["server_ack_p99_ms"] is None  # it has no /metrics
 
 
 EXTENSION = Path(__file__).parent / "node_modules" / "@hocuspocus" / "extension-sqlite"

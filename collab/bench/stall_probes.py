@@ -19,10 +19,10 @@ from pathlib import Path
 
 import httpx
 
+from .server_histograms import LOOP_LAG, Buckets, read_buckets, window_bound
 from .wire_editor import WireEditor
 
 BYSTANDER_DOC = "bystander"
-_LAG_BUCKET = re.compile(r'tether_event_loop_lag_seconds_bucket\{le="([^"]+)"\} (\S+)')
 _LAG_LOGGED = re.compile(r"the event loop was held ([0-9.]+) s")
 
 
@@ -160,23 +160,12 @@ class ServerLag:
             return f"{max(logged) * 1000:.0f}"
         if after is None:
             return "?"
-        bound = _window_bound(after, self.buckets)
+        bound = window_bound(after, self.buckets)
         return ">10000" if bound == "+Inf" else f"<={float(bound) * 1000:.0f}"
 
 
-async def _lag_buckets(http: httpx.AsyncClient) -> dict[str, float] | None:
-    reply = await http.get("/metrics", timeout=10)
-    found = dict(_LAG_BUCKET.findall(reply.text)) if reply.status_code == 200 else {}
-    return {le: float(count) for le, count in found.items()} or None
-
-
-def _window_bound(after: dict[str, float], before: dict[str, float]) -> str:
-    """The smallest bound every turn of the window fell under (the buckets are cumulative)."""
-    total = after["+Inf"] - before.get("+Inf", 0.0)
-    for le in sorted(after, key=float):
-        if after[le] - before.get(le, 0.0) >= total:
-            return le
-    return "+Inf"
+async def _lag_buckets(http: httpx.AsyncClient) -> Buckets | None:
+    return (await read_buckets(http, LOOP_LAG))[LOOP_LAG]
 
 
 def _size(path: Path) -> int:

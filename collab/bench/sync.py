@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
@@ -51,6 +52,7 @@ from tether.protocol.yws import YSync
 from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
 from .pinning import pinned, split_cpus
+from .server_histograms import ACK, LOOP_LAG, Buckets, bound_ms, read_buckets
 
 # Editors on the JS yjs library (--driver js), in the checkout this tether runs from.
 JS_DRIVER = Path(__file__).resolve().parents[2] / "tests" / "js" / "bench_sync_driver.mjs"
@@ -279,6 +281,7 @@ async def drive(
             editor.type_one(rng.choice("abcdefghijklmnopqrstuvwxyz "))
             next_at += interval
 
+    histograms_before = await _server_histograms(url)
     cpu_before = _cpu_seconds(args.server_pid)
     threads_before = _thread_times(args.server_pid)
     started = time.perf_counter()
@@ -299,6 +302,7 @@ async def drive(
     cpu_after = _cpu_seconds(args.server_pid)
     threads_after = _thread_times(args.server_pid)
     rss = _rss_mb(args.server_pid)
+    seen_by_server = server_figures(histograms_before, await _server_histograms(url))
     for e in editors:
         if e.ws is not None:
             with contextlib.suppress(Exception):
@@ -331,6 +335,7 @@ async def drive(
         else round(cpu * 1000 / max(recorder.sent, 1), 3),
         "server_threads": thread_shares(threads_before, threads_after),
         "server_rss_mb": rss,
+        **seen_by_server,
         "with_ai": bool(args.with_ai),
         "ai_suggestions_completed": ai_done,
         "errors": recorder.errors[:20],
@@ -365,6 +370,8 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
     )
     assert process.stdout is not None
     cpu_before = cpu_after = rss = None
+    histograms_before: dict[str, Buckets | None] = {}
+    histograms_after: dict[str, Buckets | None] = {}
     threads_before: dict[int, tuple[str, float, float]] = {}
     threads_after: dict[int, tuple[str, float, float]] = {}
     results: dict[str, Any] = {}
@@ -377,12 +384,14 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
                 event = json.loads(line)
                 if event["event"] == "typing":
                     connect_seconds = time.perf_counter() - connect_started
+                    histograms_before = await _server_histograms(url)
                     cpu_before = _cpu_seconds(args.server_pid)
                     threads_before = _thread_times(args.server_pid)
                 elif event["event"] == "typed":
                     cpu_after = _cpu_seconds(args.server_pid)
                     threads_after = _thread_times(args.server_pid)
                     rss = _rss_mb(args.server_pid)
+                    histograms_after = await _server_histograms(url)
                 elif event["event"] == "results":
                     results = event
             await process.wait()
@@ -418,10 +427,33 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
         "server_cpu_s_per_1000_edits": None if cpu is None else round(cpu * 1000 / max(sent, 1), 3),
         "server_threads": thread_shares(threads_before, threads_after),
         "server_rss_mb": rss,
+        **server_figures(histograms_before, histograms_after),
         "with_ai": False,
         "ai_suggestions_completed": 0,
         "errors": errors[:20],
         "error_count": int(results.get("errorCount", len(errors))) + (0 if results else 1),
+    }
+
+
+async def _server_histograms(url: str) -> dict[str, Buckets | None]:
+    """The server's own ack and loop-lag histograms; empty from a server without /metrics."""
+    try:
+        async with httpx.AsyncClient(base_url=http_base_of(url)) as http:
+            return await read_buckets(http, ACK, LOOP_LAG)
+    except httpx.HTTPError:
+        return {}
+
+
+def server_figures(
+    before: dict[str, Buckets | None], after: dict[str, Buckets | None]
+) -> dict[str, float | None]:
+    """What the server itself saw over the window, as the bucket bounds (ms) its p99 and its
+    worst fell under: its acks (received to durable) and its loop's lateness. Unlike the
+    driver's figures, these do not move when the load generator is starved of CPU."""
+    return {
+        "server_ack_p99_ms": bound_ms(after.get(ACK), before.get(ACK), 0.99),
+        "server_loop_lag_p99_ms": bound_ms(after.get(LOOP_LAG), before.get(LOOP_LAG), 0.99),
+        "server_loop_lag_max_ms": bound_ms(after.get(LOOP_LAG), before.get(LOOP_LAG), 1.0),
     }
 
 

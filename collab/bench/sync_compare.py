@@ -41,6 +41,11 @@ _FIGURES: dict[str, tuple[str, str | None]] = {
     "fanout_p99_ms": ("fanout_ms", "p99"),
     "ack_p50_ms": ("ack_ms", "p50"),
     "ack_p99_ms": ("ack_ms", "p99"),
+    # What tether saw itself (bucket bounds, ms; none from Hocuspocus): the driver's figures
+    # move when it is starved of CPU, these only when the server is late.
+    "server_ack_p99_ms": ("server_ack_p99_ms", None),
+    "server_loop_lag_p99_ms": ("server_loop_lag_p99_ms", None),
+    "server_loop_lag_max_ms": ("server_loop_lag_max_ms", None),
 }
 
 

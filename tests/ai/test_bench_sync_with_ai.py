@@ -24,6 +24,8 @@ def test_sync_is_measured_quiet_and_beside_a_busy_model(tmp_path: Path) -> None:
         assert len(runs) == 1 and runs[0]["errors"] == 0, label
         assert runs[0]["updates_sent"] >= 6 * 5 * 3 * 0.8, label
         assert runs[0]["fanout_p99_ms"] is not None and runs[0]["ack_p99_ms"] is not None
+        assert runs[0]["server_ack_p99_ms"] is not None  # and as the server saw them
+        assert runs[0]["server_loop_lag_max_ms"] is not None
     assert medians["with-ai"]["ai_suggestions_completed"] >= 1  # the model answered meanwhile
     assert "ai_suggestions_completed" not in medians["this"]
     ratios = result["ratios"]["with-ai/this"]
