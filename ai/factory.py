@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -16,7 +17,7 @@ from .cache.suggestions import CacheSettings, SuggestionCache
 from .engine import AiEngine
 from .errors import ProviderUnavailable
 from .metrics import AiMetrics, CacheCollector
-from .model.cpus import parse_cpu_list, pin_this_process
+from .model.cpus import AUTO, SHARED, auto_model_cpus, parse_cpu_list, pin_this_process
 from .model.providers.base import Provider
 from .model.providers.worker import WorkerEmbedder, WorkerProvider
 from .model.supervisor import Supervisor, SupervisorSettings
@@ -94,7 +95,7 @@ def build_supervisor(settings: Any, *, generate: bool, semantic: bool = True) ->
         "semantic": semantic and wants_embedder(settings),
         "generate": generate,
         "nice": settings.ai_worker_nice,
-        "cpus": sorted(parse_cpu_list(settings.ai_cpus)) if settings.ai_cpus else None,
+        "cpus": sorted(model_cpus(settings)) or None,
     }
     return Supervisor(
         SupervisorSettings(
@@ -118,6 +119,24 @@ def build_embedder(settings: Any, provider: Provider) -> tuple[Embedder | None, 
         return WorkerEmbedder(workers[0].supervisor), None
     supervisor = build_supervisor(settings, generate=False)
     return WorkerEmbedder(supervisor), supervisor
+
+
+def model_cpus(settings: Any) -> set[int]:
+    """The CPUs the local model's workers run on (none: they share every CPU with sync).
+    ``auto`` is decided once per process, before the server moves off the model's CPUs (which
+    would change what it may use)."""
+    chosen = settings.ai_cpus
+    if chosen in ("", SHARED) or settings.ai_provider != "local":
+        return set()
+    if chosen != AUTO:
+        return parse_cpu_list(chosen)
+    return set(_auto_cpus(getattr(settings, "ai_workers", 1) * settings.ai_threads))
+
+
+@functools.cache
+def _auto_cpus(model_threads: int) -> frozenset[int]:
+    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    return frozenset(auto_model_cpus(usable, model_threads))
 
 
 def _keep_off(ai_cpus: set[int]) -> None:
@@ -256,8 +275,9 @@ async def start_engine(
     """The AI engine on the configured provider, entered on ``stack``, or None when AI is off.
     Returns at once: the model worker loads behind, and sync serves meanwhile."""
     provider = build_provider(settings)
-    if model_workers(provider) and settings.ai_cpus:
-        _keep_off(parse_cpu_list(settings.ai_cpus))
+    ai_cpus = model_cpus(settings)
+    if model_workers(provider) and ai_cpus:
+        _keep_off(ai_cpus)
     if provider is None:
         log.info("AI suggestions are off (--ai-provider none)")
         return None

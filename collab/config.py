@@ -190,8 +190,9 @@ class Settings:
     # interference is shared caches and memory bandwidth, which no priority removes.
     ai_worker_nice: int = 10
     # CPUs for the model worker(s), e.g. "2-3": the server then keeps off them, so a model
-    # decoding nonstop cannot take the cores sync runs on ("": share them all).
-    ai_cpus: str = ""
+    # decoding nonstop cannot take the cores sync runs on. "auto": the last ones, on a host of
+    # 4+ CPUs that leaves sync 2+ (ai.model.cpus); "shared" (or ""): share them all.
+    ai_cpus: str = "auto"
     ai_script: str = ""
     # One upstream, or several separated by commas: requests then stick to an upstream per
     # document (ai.model.providers.pool), moving on when one is down.
@@ -290,7 +291,7 @@ class Settings:
             raise ValueError("ai_prefetch_budget must be between 0 and 1")
         if not 0.0 < self.ai_sure <= 1.0:
             raise ValueError("ai_sure must be above 0 and at most 1")
-        if self.ai_cpus:
+        if self.ai_cpus not in ("", "auto", "shared"):
             from tether.ai.model.cpus import parse_cpu_list
 
             parse_cpu_list(self.ai_cpus)  # raises ValueError, saying what is wrong

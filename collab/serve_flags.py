@@ -331,7 +331,8 @@ GROUPS: tuple[Group, ...] = (
             (
                 "ai_cpus",
                 "LIST",
-                "CPUs for the model worker, e.g. 2-3; the server keeps to the others",
+                "CPUs for the model worker, e.g. 2-3, the server keeping to the others;"
+                " auto (the last ones, on 4+ CPUs) or shared",
             ),
             ("ai_stall_timeout", "SECONDS", "no token for this long: the worker counts as hung"),
             (

@@ -1,5 +1,6 @@
 """CPU lists (``"0,2-3"``) and putting a process's threads on them: the model worker on cores
-of its own, the server on the rest (``--ai-cpus``). Linux; anything else leaves CPUs alone."""
+of its own, the server on the rest (``--ai-cpus``: a list, ``auto`` or ``shared``). Linux;
+anything else leaves CPUs alone."""
 
 from __future__ import annotations
 
@@ -26,6 +27,25 @@ def parse_cpu_list(text: str) -> set[int]:
     if not cpus:
         raise ValueError("an empty CPU list")
     return cpus
+
+
+AUTO = "auto"
+SHARED = "shared"
+# ``--ai-cpus auto`` partitions only where the server keeps this many CPUs and the host has at
+# least AUTO_MIN_CPUS: on fewer, a model pinned to a core of its own would take half or more of
+# the machine from sync while it sits idle between suggestions.
+AUTO_MIN_CPUS = 4
+AUTO_SERVER_CPUS = 2
+
+
+def auto_model_cpus(usable: set[int], model_threads: int) -> set[int]:
+    """``--ai-cpus auto``: the last ``model_threads`` of the CPUs this process may use for the
+    model workers, the rest for sync; or nothing (share them all) on a host too small for it.
+    Measured on 2 vCPUs: sharing doubles the server's loop lag p99 under a busy model, a core
+    of the model's own leaves it as it is without AI (docs/benchmarks.md, 2026-12-05)."""
+    if len(usable) < AUTO_MIN_CPUS or len(usable) - model_threads < AUTO_SERVER_CPUS:
+        return set()
+    return set(sorted(usable)[-model_threads:])
 
 
 def pin_this_process(cpus: set[int]) -> bool:
