@@ -191,8 +191,9 @@ class Settings:
     ai_worker_nice: int = 10
     # CPUs for the model worker(s), e.g. "2-3": the server then keeps off them, so a model
     # decoding nonstop cannot take the cores sync runs on. "auto": the last ones, on a host of
-    # 4+ CPUs that leaves sync 2+ (ai.model.cpus); "shared" (or ""): share them all.
-    ai_cpus: str = "auto"
+    # 4+ CPUs that leaves sync 2+ (ai.model.cpus), for one tether process per host: several
+    # (compose --scale) would all put their models on the same last CPUs. "" shares them all.
+    ai_cpus: str = ""
     ai_script: str = ""
     # One upstream, or several separated by commas: requests then stick to an upstream per
     # document (ai.model.providers.pool), moving on when one is down.

@@ -332,7 +332,7 @@ GROUPS: tuple[Group, ...] = (
                 "ai_cpus",
                 "LIST",
                 "CPUs for the model worker, e.g. 2-3, the server keeping to the others;"
-                " auto (the last ones, on 4+ CPUs) or shared",
+                " auto: the last ones, on a host of 4+ CPUs running one tether (default: shared)",
             ),
             ("ai_stall_timeout", "SECONDS", "no token for this long: the worker counts as hung"),
             (

@@ -26,7 +26,7 @@ def test_cpu_lists_parse_and_bad_ones_say_why() -> None:
 
 
 def test_auto_gives_the_model_the_last_cpus_only_where_sync_keeps_two_or_more() -> None:
-    """``--ai-cpus auto`` (the default): a model decoding nonstop on the server's cores doubled
+    """``--ai-cpus auto``: a model decoding nonstop on the server's cores doubled
     its loop lag p99; on a core of its own it left it alone. Small hosts share, since a pinned
     model would hold half the machine or more while idle between suggestions."""
     assert auto_model_cpus(set(range(8)), 1) == {7}
@@ -40,8 +40,8 @@ def test_auto_gives_the_model_the_last_cpus_only_where_sync_keeps_two_or_more() 
 
 def test_which_cpus_the_model_gets_by_setting() -> None:
     here = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1
-    auto = Settings(auth="none", ai_provider="local")
-    assert auto.ai_cpus == "auto"
+    assert model_cpus(Settings(auth="none", ai_provider="local")) == set()  # shared by default
+    auto = Settings(auth="none", ai_provider="local", ai_cpus="auto")
     expected = auto_model_cpus(set(os.sched_getaffinity(0)), 1) if here > 1 else set()
     assert model_cpus(auto) == expected
     assert model_cpus(Settings(auth="none", ai_provider="local", ai_cpus="shared")) == set()
