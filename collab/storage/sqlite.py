@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal, NoReturn, Self, TypeVar
 
 from ..runtime.thread_names import name_os_thread
+from .commit_window import CommitWindow
 from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, names_from
 
 T = TypeVar("T")
@@ -120,6 +121,7 @@ class _Op:
     future: asyncio.Future[Any]
     label: str = ""  # a version's
     subject: str = ""  # who made the version
+    queued_at: float = 0.0  # time.monotonic() when it was queued
 
 
 class SQLiteStore(Store):
@@ -143,8 +145,9 @@ class SQLiteStore(Store):
         self.commits = 0
         self._synchronous = synchronous.upper()
         self._max_batch = max_batch
-        # Seconds a commit waits after its first write for more to share its sync (0: none).
-        self._commit_window = max(0.0, commit_window)
+        # The longest a commit waits after its first write for more to share its sync (0:
+        # never); it waits only when others write meanwhile (``commit_window``'s docstring).
+        self.window = CommitWindow(max(0.0, commit_window))
         self._state: Lifecycle = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
@@ -215,7 +218,7 @@ class SQLiteStore(Store):
         if self._state != "open" or self._loop is None or self._exited:
             return super().append_future(name, update)  # fails with the usual StorageError
         future: asyncio.Future[int] = self._loop.create_future()
-        self._queue.put(_Op("append", name, bytes(update), future))
+        self._put(_Op("append", name, bytes(update), future))
         return future
 
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
@@ -257,7 +260,7 @@ class SQLiteStore(Store):
     def resume(self, name: str) -> None:
         # Through the queue, so it lifts the fence for what is called after it, in order.
         if self._state == "open" and self._loop is not None and not self._stopped.done():
-            self._queue.put(_Op("resume", name, b"", self._loop.create_future()))
+            self._put(_Op("resume", name, b"", self._loop.create_future()))
 
     def _enqueue(
         self, kind: OpKind, name: str, data: bytes, label: str = "", subject: str = ""
@@ -267,8 +270,13 @@ class SQLiteStore(Store):
         if self._stopped.done():
             return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
         future = self._loop.create_future()
-        self._queue.put(_Op(kind, name, data, future, label, subject))
+        self._put(_Op(kind, name, data, future, label, subject))
         return _wait(future)
+
+    def _put(self, op: _Op) -> None:
+        op.queued_at = now = time.monotonic()
+        self.window.queued(now)  # settled in _settled, on this loop too
+        self._queue.put(op)
 
     # -- reads (worker threads, one read connection) -----------------------------------------
 
@@ -344,26 +352,34 @@ class SQLiteStore(Store):
                 self._commit(writer, ops, fenced)
 
     def _take(self) -> tuple[list[_Op], bool]:
-        """Block for one op, then take whatever else is queued, up to max_batch; with a commit
-        window, what else comes within it too (one sync for all of them). The window is slept
-        through, not waited on: a put during it wakes nobody, so a batch costs one wake-up of
-        this thread and one of the event loop, however many ops it holds."""
+        """Block for one op, then take whatever else is queued, up to max_batch; when the
+        commit window says so, what else comes within it too (one sync for all of them). The
+        window is slept through, not waited on: a put during it wakes nobody, so a batch costs
+        one wake-up of this thread and one of the event loop, however many ops it holds."""
         waiting = self._queue
         first = waiting.get()
         if first is None:
             return [], True
         ops = [first]
-        if self._commit_window > 0:
-            time.sleep(self._commit_window)
+        wait = self.window.wait_before_commit()
+        if wait > 0:
+            # The window counts from when the first op was queued: an op that waited behind a
+            # slow commit (a checkpoint) has had company time already, and its ack would add
+            # both waits up.
+            left = first.queued_at + wait - time.monotonic()
+            if left > 0:
+                time.sleep(left)
+        stop = False
         while len(ops) < self._max_batch:
             try:
                 item = waiting.get_nowait()  # this thread is the only consumer
             except queue.Empty:
-                return ops, False
+                break
             if item is None:
-                return ops, True
+                stop = True
+                break
             ops.append(item)
-        return ops, False
+        return ops, stop
 
     def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
         if not fenced and all(op.kind != "resume" for op in ops):
@@ -417,9 +433,14 @@ class SQLiteStore(Store):
         loop = self._loop
         assert loop is not None  # set before the thread starts
         try:
-            loop.call_soon_threadsafe(_settle, [op.future for op in ops], outcomes)
+            loop.call_soon_threadsafe(self._settled, [op.future for op in ops], outcomes)
         except RuntimeError:
             pass  # the loop is closed: nobody is left waiting for these results
+
+    def _settled(self, futures: list[asyncio.Future[Any]], outcomes: list[object]) -> None:
+        """On the event loop: a batch's results to its futures."""
+        self.window.settled(len(futures), time.monotonic())
+        _settle(futures, outcomes)
 
 
 class _Writer:

@@ -280,24 +280,44 @@ async def test_500_concurrent_appends_over_10_documents_are_durable_in_few_commi
 
 @pytest.mark.anyio
 async def test_a_commit_window_lets_writes_that_come_within_it_share_one_commit(db_path):
-    """--commit-window-ms: appends made one after another, each awaited by nobody, arrive at
-    the writer a little apart; with a window they share the first one's commit. Without one,
+    """--commit-window-ms: once writes have been coming while others were in flight (many
+    editors), a commit waits for more. Appends made one after another, each awaited by nobody,
+    arrive at the writer a little apart; they share the first one's commit. Without a window,
     an append that arrives alone is committed alone, as the ack latency wants."""
     with anyio.fail_after(TIMEOUT):
         async with SQLiteStore(db_path, commit_window=0.5) as store:
-            before = store.commits
+            # Company: 20 writes at once, 19 of them queued while another was in flight.
+            await asyncio.gather(*(store.append(f"warm-{i}", b"w") for i in range(20)))
+            assert store.window.company >= 0.5
+            before, waits = store.commits, store.window.waits
             written = []
             for i in range(5):
                 written.append(store.append_future("doc", bytes([i])))
                 await asyncio.sleep(0)  # one turn of the loop between them, not a wait on time
             assert await asyncio.gather(*written) == [1, 2, 3, 4, 5]
             assert store.commits == before + 1
+            assert store.window.waits == waits + 1
         async with SQLiteStore(db_path) as store:
             assert await store.load("doc") == [bytes([i]) for i in range(5)]
             before = store.commits
             for _ in range(3):
                 await store.append("doc", b"x")
             assert store.commits == before + 3
+
+
+@pytest.mark.anyio
+async def test_a_writer_that_awaits_each_ack_is_not_kept_waiting_by_the_window(db_path):
+    """One writer alone never writes while another write is in flight: no company, so no
+    commit waits for any, and the window costs it nothing per edit."""
+    with anyio.fail_after(TIMEOUT):
+        async with SQLiteStore(db_path, commit_window=0.5) as store:
+            before = store.commits
+            for i in range(20):
+                await store.append("doc", bytes([i]))
+            assert store.commits == before + 20
+            assert store.window.waits == 0
+            assert store.window.company == 0.0
+            assert store.window.in_flight == 0
 
 
 @pytest.mark.anyio
