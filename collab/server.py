@@ -156,6 +156,7 @@ class TetherServer:
                 settings.send_bytes_total, stalled_after=min(10.0, settings.send_timeout / 2)
             )
             self.metrics.watch_send_budget(send_budget)
+            self.metrics.watch_store(backend)
             self.store, self.rooms, self.ai = backend, rooms, engine
             self.context = ServerContext(
                 settings,

@@ -67,3 +67,21 @@ def test_label_value_turns_reasons_into_words_joined_by_underscores() -> None:
     )
     assert label_value("!!!") == "other"
     assert len(label_value("x" * 500)) == 64
+
+
+async def test_the_stores_commits_and_its_commit_window_are_on_metrics(
+    server: ServerProcess,
+) -> None:
+    """An acked edit is a committed transaction: it shows in ``tether_store_commits_total``.
+    The commit window's waits and the company they gather are there beside it."""
+    before = metric_value(await metrics_text(server), "tether_store_commits_total")
+    async with await MuxPeer.connect(server.ws_url) as peer:
+        doc = await peer.open("metrics-commits", server.token())
+        for word in ("one ", "two "):
+            await doc.append(word)
+            await doc.wait_acked()
+    text = await metrics_text(server)
+    assert metric_value(text, "tether_store_commits_total") >= before + 2
+    assert "# TYPE tether_store_commits_total counter" in text
+    assert "# TYPE tether_store_commit_waits_total counter" in text
+    assert "\ntether_store_commit_company " in text

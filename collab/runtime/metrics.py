@@ -22,7 +22,12 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
@@ -95,6 +100,35 @@ class _LoopMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         for metric in self._metrics:
             yield metric.metric()
+
+
+class _StoreMetrics(Collector):
+    """The watched store's commits, read at scrape time (its writer thread counts them)."""
+
+    def __init__(self) -> None:
+        self.store: object | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        store = self.store
+        commits = getattr(store, "commits", None)
+        if commits is None:
+            return
+        yield CounterMetricFamily(
+            "tether_store_commits", "Write transactions committed (one sync each)", value=commits
+        )
+        window = getattr(store, "window", None)  # SQLite's commit window (--commit-window-ms)
+        if window is not None:
+            yield CounterMetricFamily(
+                "tether_store_commit_waits",
+                "Commits that waited the commit window for more writes to share their sync",
+                value=window.waits,
+            )
+            yield GaugeMetricFamily(
+                "tether_store_commit_company",
+                "Writes a commit window's wait should gather, at the recent rate of writes that"
+                " come while another is in flight; commits wait from 0.5",
+                value=window.company,
+            )
 
 
 class Metrics:
@@ -181,10 +215,17 @@ class Metrics:
         self.build_info.labels(*build_labels()).set(1)
         gc_pauses.install()
         r.register(gc_pauses.GcPauseCollector())
+        self._store_metrics = _StoreMetrics()
+        r.register(self._store_metrics)
 
     def watch_send_budget(self, budget: _Used) -> None:
         """``tether_send_bytes`` reads ``budget.used`` at scrape time."""
         self.send_bytes.set_function(lambda: budget.used)
+
+    def watch_store(self, store: object | None) -> None:
+        """``tether_store_commits_total`` (and SQLite's commit window) read ``store``'s counts
+        at scrape time; None stops."""
+        self._store_metrics.store = store
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
