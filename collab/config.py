@@ -214,9 +214,11 @@ class Settings:
     # PostgreSQL unreachable: writes wait (unacked) this long, then fail; at most this many
     # bytes of writes wait, beyond it new ones fail at once.
     store_outage_timeout: float = 30.0
-    # SQLite: a commit waits this long after its first write for more to share its sync (0:
-    # commits at once, as before; acks wait up to this much longer).
-    commit_window_ms: float = 0.0
+    # SQLite: the longest a commit waits after its first write for more writes to share its
+    # sync. It waits only while its recent waits gathered company (collab.storage.
+    # commit_window): under many editors a wait saves syncs, and one writer awaiting each ack
+    # is not slowed. 0: never waits. Acks wait up to this much longer.
+    commit_window_ms: float = 4.0
     store_queue_bytes: int = 64 * 1024 * 1024
     # asyncpg's cache of server-side prepared statements per connection; 0 turns it off, which a
     # PgBouncer in transaction pooling needs (a DSN with ?pgbouncer=true turns it off too).

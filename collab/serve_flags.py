@@ -127,8 +127,8 @@ GROUPS: tuple[Group, ...] = (
             (
                 "commit_window_ms",
                 "MS",
-                "SQLite: a commit waits this long for more writes to share its sync"
-                " (0: at once; acks wait up to this much longer)",
+                "SQLite: the longest a commit waits for more writes to share its sync, only"
+                " while such waits gather some (0: never; acks wait up to this much longer)",
             ),
             (
                 "rich_fragment",
