@@ -215,9 +215,9 @@ class Settings:
     # bytes of writes wait, beyond it new ones fail at once.
     store_outage_timeout: float = 30.0
     # SQLite: the longest a commit waits after its first write for more writes to share its
-    # sync. It waits only while its recent waits gathered company (collab.storage.
-    # commit_window): under many editors a wait saves syncs, and one writer awaiting each ack
-    # is not slowed. 0: never waits. Acks wait up to this much longer.
+    # sync. It waits only when writes come while another is in flight, fast enough to bring
+    # half a write per wait (collab.storage.commit_window): many editors share syncs, and one
+    # writer awaiting each ack is not slowed. 0: never waits. Acks wait up to this much longer.
     commit_window_ms: float = 4.0
     store_queue_bytes: int = 64 * 1024 * 1024
     # asyncpg's cache of server-side prepared statements per connection; 0 turns it off, which a

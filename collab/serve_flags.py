@@ -127,8 +127,8 @@ GROUPS: tuple[Group, ...] = (
             (
                 "commit_window_ms",
                 "MS",
-                "SQLite: the longest a commit waits for more writes to share its sync, only"
-                " while such waits gather some (0: never; acks wait up to this much longer)",
+                "SQLite: the longest a commit waits for more writes to share its sync, only when"
+                " writes come while another is in flight (0: never; acks wait up to this longer)",
             ),
             (
                 "rich_fragment",
