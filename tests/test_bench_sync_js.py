@@ -110,3 +110,17 @@ def _stored(database: Path, name: str) -> bool:
     with sqlite3.connect(database) as db:
         rows = db.execute("SELECT data FROM documents WHERE name = ?", (name,)).fetchall()
     return bool(rows) and len(rows[0][0]) > 10
+
+
+@pytest.mark.parametrize("driver", ["js", "python"])
+def test_a_warmup_is_typed_but_not_counted(tmp_path: Path, driver: str) -> None:
+    """``--warmup``: editors type before the measured window (a server measured warm); those
+    edits, their fan-out and their acks are left out, so the counts still agree."""
+    if driver == "js":
+        require_node()
+    out = tmp_path / "sync.json"
+    load = ["--editors", "6", "--docs", "2", "--rate", "5", "--duration", "2", "--warmup", "2"]
+    assert main(["bench", "sync", "--driver", driver, *load, "--json", str(out)]) == 0
+    result = dict(json.loads(out.read_text()))
+    check(result)  # fan-out and acks are exactly those of the counted edits
+    assert result["updates_sent"] <= 6 * 5 * 2 * 1.2  # not the warm-up's 60 as well

@@ -63,6 +63,13 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--docs", type=int, default=1)
     parser.add_argument("--rate", type=float, default=5.0, help="chars/s per editor")
     parser.add_argument("--duration", type=float, default=10.0, help="seconds of typing")
+    parser.add_argument(
+        "--warmup",
+        type=float,
+        default=0.0,
+        help="seconds of typing before the measured window, not counted: a long-running server"
+        " measured warm (Hocuspocus's JIT spends ~0.4 s of CPU early on, inside a 10 s window)",
+    )
     parser.add_argument("--protocol", choices=["tether", "yjs"], default="tether")
     parser.add_argument(
         "--driver",
@@ -136,6 +143,8 @@ class Recorder:
     sent: int = 0
     rejected: int = 0
     errors: list[str] = field(default_factory=list)
+    # Edits typed before this (the warm-up) are not counted, nor their fan-out and acks.
+    measure_from: float = 0.0
 
 
 @dataclass
@@ -181,7 +190,8 @@ class Editor:
         key = edit_key(update)
         if key is not None:
             self.recorder.sent_at[key] = now
-        self.recorder.sent += 1
+        if now >= self.recorder.measure_from:
+            self.recorder.sent += 1
         if self.protocol == "tether":
             self.pending_acks.append(now)
             frame = Sync(self.doc_name, SyncUpdate(update)).encode()
@@ -221,16 +231,22 @@ class Editor:
             self._on_sync(message.message, now)
         elif isinstance(message, SyncStatusMessage):
             sent = self.pending_acks.popleft() if self.pending_acks else None
-            if sent is not None:
+            measured = sent is not None and sent >= self.recorder.measure_from
+            if measured:
                 self.recorder.acks.append(now - sent)
-            if not message.applied:
+            if not message.applied and (sent is None or measured):
                 self.recorder.rejected += 1
 
     def _on_sync(self, message: object, now: float) -> None:
         if isinstance(message, SyncUpdate):
             key = edit_key(message.update)
             sent = self.recorder.sent_at.get(key) if key is not None else None
-            if sent is not None and key is not None and key[0] != self.ydoc.client_id:
+            if (
+                sent is not None
+                and sent >= self.recorder.measure_from
+                and key is not None
+                and key[0] != self.ydoc.client_id
+            ):
                 if key in self.seen:
                     self.recorder.duplicates += 1
                 else:
@@ -273,7 +289,7 @@ async def drive(
     async def typist(editor: Editor) -> None:
         interval = 1.0 / args.rate
         next_at = time.perf_counter() + rng.random() * interval
-        end = started + args.duration
+        end = recorder.measure_from + args.duration
         while next_at < end:
             delay = next_at - time.perf_counter()
             if delay > 0:
@@ -281,13 +297,16 @@ async def drive(
             editor.type_one(rng.choice("abcdefghijklmnopqrstuvwxyz "))
             next_at += interval
 
+    recorder.measure_from = time.perf_counter() + args.warmup
+    typing = asyncio.gather(*(typist(e) for e in editors))
+    await asyncio.sleep(max(0.0, recorder.measure_from - time.perf_counter()))  # the warm-up
     histograms_before = await _server_histograms(url)
     cpu_before = _cpu_seconds(args.server_pid)
     threads_before = _thread_times(args.server_pid)
     started = time.perf_counter()
     ai_stop = asyncio.Event()
     ai_task = asyncio.ensure_future(_ask_forever(url, token, ai_stop)) if args.with_ai else None
-    await asyncio.gather(*(typist(e) for e in editors))
+    await typing
     typing_seconds = time.perf_counter() - started
     ai_done = 0
     if ai_task is not None:
@@ -357,6 +376,7 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
         "docs": args.docs,
         "rate": args.rate,
         "duration": args.duration,
+        "warmup": args.warmup,
         "seed": args.seed,
         "acks": True,
     }
@@ -377,7 +397,7 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
     results: dict[str, Any] = {}
     connect_started = time.perf_counter()
     connect_seconds = 0.0
-    timeout = 120 + args.duration * 2
+    timeout = 120 + (args.warmup + args.duration) * 2
     try:
         async with asyncio.timeout(timeout):
             async for line in process.stdout:

@@ -181,6 +181,7 @@ def summarise(
             "documents": args.docs,
             "rate_per_editor": args.rate,
             "duration_s": args.duration,
+            "warmup_s": args.warmup,
             "reps": args.reps,
             "pinned": args.pin,
             "driver": getattr(args, "driver", "python"),

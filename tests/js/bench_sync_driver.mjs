@@ -5,8 +5,10 @@
 // process's clock, so a fan-out latency is the time from an editor's keystroke to another
 // editor receiving that edit; an ack latency is the time to the server's SyncStatus (tether).
 //
-// argv[2]: JSON {url, token, editors, docs, rate, duration, seed}. Stdout: JSON lines
-// {"event": "synced"}, {"event": "typing"}, {"event": "typed"}, then the results.
+// argv[2]: JSON {url, token, editors, docs, rate, duration, warmup, seed}. Stdout: JSON lines
+// {"event": "synced"}, {"event": "typing"}, {"event": "typed"}, then the results. With a
+// warmup, editors type that many seconds before "typing"; those edits, their fan-out and their
+// acks are not counted.
 import * as Y from 'yjs'
 import * as encoding from 'lib0/encoding'
 import * as decoding from 'lib0/decoding'
@@ -19,6 +21,7 @@ const say = (obj) => process.stdout.write(JSON.stringify(obj) + '\n')
 const sentAt = new Map() // "client:clock" of an edit -> when it was typed
 const fanout = [], acks = [], errors = []
 let sent = 0, rejected = 0, duplicates = 0
+let measureFrom = 0 // performance.now() from which edits count (after the warm-up)
 let seed = cfg.seed || 1
 const random = () => { seed = (seed * 1103515245 + 12345) % 2147483648; return seed / 2147483648 }
 
@@ -50,7 +53,7 @@ class Editor {
       const now = performance.now()
       const key = editKey(update)
       if (key !== null) sentAt.set(key, now)
-      sent++
+      if (now >= measureFrom) sent++
       this.pending.push(now)
       this.send(frame(this.name, SYNC, (e) => { encoding.writeVarUint(e, UPDATE); encoding.writeVarUint8Array(e, update) }))
     })
@@ -92,7 +95,7 @@ class Editor {
       if (kind === UPDATE) {
         const key = editKey(payload)
         const at = key === null ? undefined : sentAt.get(key)
-        if (at !== undefined && !key.startsWith(this.doc.clientID + ':')) {
+        if (at !== undefined && at >= measureFrom && !key.startsWith(this.doc.clientID + ':')) {
           if (this.seen.has(key)) duplicates++
           else { this.seen.add(key); fanout.push(now - at) }
         }
@@ -102,8 +105,9 @@ class Editor {
     } else if (type === SYNC_STATUS) {
       const applied = decoding.readVarUint(d) === 1
       const at = this.pending.shift()
-      if (at !== undefined && at !== null) acks.push(now - at)
-      if (!applied) rejected++
+      const measured = at !== undefined && at !== null && at >= measureFrom
+      if (measured) acks.push(now - at)
+      if (!applied && (at === null || at === undefined || measured)) rejected++
     }
   }
 
@@ -124,11 +128,14 @@ async function main () {
   while (editors.some((e) => !e.synced) && performance.now() < syncDeadline) await sleep(20)
   say({ event: 'synced', all: editors.every((e) => e.synced) })
   const interval = 1000 / cfg.rate
-  const started = performance.now()
+  const warmup = (cfg.warmup || 0) * 1000
+  measureFrom = performance.now() + warmup
+  const started = measureFrom
   const end = started + cfg.duration * 1000
-  say({ event: 'typing' })
+  if (warmup > 0) setTimeout(() => say({ event: 'typing' }), warmup)
+  else say({ event: 'typing' })
   await Promise.all(editors.map(async (editor) => {
-    let next = started + random() * interval
+    let next = started - warmup + random() * interval
     while (next < end) {
       const delay = next - performance.now()
       if (delay > 0) await sleep(delay)
