@@ -216,7 +216,7 @@ class Settings:
     store_outage_timeout: float = 30.0
     # SQLite: the longest a commit waits after its first write for more writes to share its
     # sync. It waits only when writes come while another is in flight, fast enough to bring
-    # half a write per wait (collab.storage.commit_window): many editors share syncs, and one
+    # one more write per wait (collab.storage.commit_window): many editors share syncs, and one
     # writer awaiting each ack is not slowed. 0: never waits. Acks wait up to this much longer.
     commit_window_ms: float = 4.0
     store_queue_bytes: int = 64 * 1024 * 1024

@@ -126,7 +126,7 @@ class _StoreMetrics(Collector):
             yield GaugeMetricFamily(
                 "tether_store_commit_company",
                 "Writes a commit window's wait should gather, at the recent rate of writes that"
-                " come while another is in flight; commits wait from 0.5",
+                " come while another is in flight; commits wait from 1",
                 value=window.company,
             )
 
