@@ -3,7 +3,7 @@
 Every commit costs a hand-off to the writer thread, a transaction and an fsync, whatever it
 holds. Waiting a few ms after a batch's first write lets the writes that arrive meanwhile share
 it: at 200 editors typing 2 keys a second each (400 writes a second), a 4 ms wait gathers ~1.6
-more, half as many commits, and the server spends 3-15% less CPU per edit (issue 29). But a
+more, half as many commits and fsyncs, and up to 15% less CPU per edit (issue 29). But a
 wait pays only when others write meanwhile. One script that awaits each ack before its next
 write never brings company, and a wait would cost it the window on every edit.
 
