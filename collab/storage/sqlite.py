@@ -369,17 +369,15 @@ class SQLiteStore(Store):
             left = first.queued_at + wait - time.monotonic()
             if left > 0:
                 time.sleep(left)
-        stop = False
         while len(ops) < self._max_batch:
             try:
                 item = waiting.get_nowait()  # this thread is the only consumer
             except queue.Empty:
-                break
+                return ops, False
             if item is None:
-                stop = True
-                break
+                return ops, True
             ops.append(item)
-        return ops, stop
+        return ops, False
 
     def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
         if not fenced and all(op.kind != "resume" for op in ops):
