@@ -47,6 +47,13 @@ def test_js_editors_drive_this_server(tmp_path: Path) -> None:
     assert all(
         row["cpu_s"] == pytest.approx(row["user_s"] + row["system_s"], abs=0.011) for row in threads
     )
+    # The hand-offs between them, counted by the kernel: the writer sleeps between commits and
+    # the loop between frames, so both switch, and the total is per edit.
+    switches = {row["thread"]: row["switches"] for row in threads}
+    assert switches["event loop"] > 0 and switches["tether-sqlite"] > 0
+    assert (
+        result["server_switches_per_edit"] >= sum(switches.values()) / result["updates_sent"] - 0.01
+    )
     # What the server saw itself, from its /metrics around the window: bucket bounds in ms.
     assert isinstance(result["server_ack_p99_ms"], float) and result["server_ack_p99_ms"] > 0
     assert result["server_loop_lag_max_ms"] is not None
@@ -65,6 +72,8 @@ def test_js_editors_drive_hocuspocus_side_by_side(tmp_path: Path) -> None:
     assert isinstance(result["ratios"], dict) and result["ratios"]
     assert reps["this"][0]["server_ack_p99_ms"] is not None
     assert reps["hocuspocus"][0]["server_ack_p99_ms"] is None  # it has no /metrics
+    # Context switches are read from the kernel for either server, so they compare.
+    assert all(runs[0]["switches_per_edit"] > 0 for runs in reps.values())
 
 
 EXTENSION = Path(__file__).parent / "node_modules" / "@hocuspocus" / "extension-sqlite"

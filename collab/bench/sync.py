@@ -29,7 +29,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import psutil
@@ -132,6 +132,15 @@ def edit_key(update: bytes) -> tuple[int, int] | None:
         return decoder.read_var_uint(), decoder.read_var_uint()
     except ProtocolError:
         return None
+
+
+class ThreadTimes(NamedTuple):
+    """One server thread's counters as read at one moment."""
+
+    name: str
+    user: float  # seconds
+    system: float  # seconds
+    switches: int  # voluntary and involuntary context switches
 
 
 @dataclass
@@ -353,6 +362,7 @@ async def drive(
         if cpu is None
         else round(cpu * 1000 / max(recorder.sent, 1), 3),
         "server_threads": thread_shares(threads_before, threads_after),
+        "server_switches_per_edit": switches_per_edit(threads_before, threads_after, recorder.sent),
         "server_rss_mb": rss,
         **seen_by_server,
         "with_ai": bool(args.with_ai),
@@ -392,8 +402,8 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
     cpu_before = cpu_after = rss = None
     histograms_before: dict[str, Buckets | None] = {}
     histograms_after: dict[str, Buckets | None] = {}
-    threads_before: dict[int, tuple[str, float, float]] = {}
-    threads_after: dict[int, tuple[str, float, float]] = {}
+    threads_before: dict[int, ThreadTimes] = {}
+    threads_after: dict[int, ThreadTimes] = {}
     results: dict[str, Any] = {}
     connect_started = time.perf_counter()
     connect_seconds = 0.0
@@ -446,6 +456,7 @@ async def drive_js(args: argparse.Namespace, url: str, token: str) -> dict[str, 
         "server_cpu_s": None if cpu is None else round(cpu, 2),
         "server_cpu_s_per_1000_edits": None if cpu is None else round(cpu * 1000 / max(sent, 1), 3),
         "server_threads": thread_shares(threads_before, threads_after),
+        "server_switches_per_edit": switches_per_edit(threads_before, threads_after, sent),
         "server_rss_mb": rss,
         **server_figures(histograms_before, histograms_after),
         "with_ai": False,
@@ -518,9 +529,9 @@ def _percentiles(samples: list[float]) -> dict[str, float | None]:
     }
 
 
-def _thread_times(pid: int | None) -> dict[int, tuple[str, float, float]]:
-    """Each server thread's (name, user s, system s); the main thread, which runs the event
-    loop, is named so. Empty when the process cannot be read."""
+def _thread_times(pid: int | None) -> dict[int, ThreadTimes]:
+    """Each server thread's name, user and system seconds and context switches; the main
+    thread, which runs the event loop, is named so. Empty when the process cannot be read."""
     if pid is None:
         return {}
     try:
@@ -530,8 +541,25 @@ def _thread_times(pid: int | None) -> dict[int, tuple[str, float, float]]:
     times = {}
     for thread in threads:
         name = "event loop" if thread.id == pid else _thread_name(pid, thread.id)
-        times[thread.id] = (name, thread.user_time, thread.system_time)
+        times[thread.id] = ThreadTimes(
+            name, thread.user_time, thread.system_time, _thread_switches(pid, thread.id)
+        )
     return times
+
+
+def _thread_switches(pid: int, tid: int) -> int:
+    """Voluntary and involuntary context switches of one thread (Linux; 0 elsewhere). Each is
+    a hand-off through the scheduler: a thread waking another (the loop and the SQLite writer,
+    the GIL between them) pays for it in CPU that no Python profile shows."""
+    try:
+        status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+    except OSError:
+        return 0
+    return sum(
+        int(line.split()[1])
+        for line in status.splitlines()
+        if line.startswith(("voluntary_ctxt_switches:", "nonvoluntary_ctxt_switches:"))
+    )
 
 
 def _thread_name(pid: int, tid: int) -> str:
@@ -542,15 +570,17 @@ def _thread_name(pid: int, tid: int) -> str:
 
 
 def thread_shares(
-    before: dict[int, tuple[str, float, float]], after: dict[int, tuple[str, float, float]]
+    before: dict[int, ThreadTimes], after: dict[int, ThreadTimes]
 ) -> list[dict[str, Any]]:
     """The server's CPU over the run by thread, busiest first (the four busiest): where the
     per-edit cost goes, e.g. the event loop against the SQLite writer's commits."""
     rows = []
-    for tid, (name, user, system) in after.items():
-        _, user_before, system_before = before.get(tid, (name, 0.0, 0.0))
-        rows.append((name, user - user_before, system - system_before))
-    total = sum(user + system for _, user, system in rows) or 1.0
+    for tid, now in after.items():
+        then = before.get(tid, ThreadTimes(now.name, 0.0, 0.0, 0))
+        rows.append(
+            (now.name, now.user - then.user, now.system - then.system, now.switches - then.switches)
+        )
+    total = sum(user + system for _, user, system, _ in rows) or 1.0
     rows.sort(key=lambda row: row[1] + row[2], reverse=True)
     return [
         {
@@ -559,9 +589,23 @@ def thread_shares(
             "user_s": round(user, 2),
             "system_s": round(system, 2),
             "share": round((user + system) / total, 3),
+            "switches": switches,
         }
-        for name, user, system in rows[:4]
+        for name, user, system, switches in rows[:4]
     ]
+
+
+def switches_per_edit(
+    before: dict[int, ThreadTimes], after: dict[int, ThreadTimes], edits: int
+) -> float | None:
+    """Context switches of all the server's threads over the run, per edit (None if unread)."""
+    if not after or edits <= 0:
+        return None
+    total = 0
+    for tid, now in after.items():
+        then = before.get(tid)
+        total += now.switches - (then.switches if then is not None else 0)
+    return round(total / edits, 2)
 
 
 def _cpu_seconds(pid: int | None) -> float | None:

@@ -46,6 +46,9 @@ _FIGURES: dict[str, tuple[str, str | None]] = {
     "server_ack_p99_ms": ("server_ack_p99_ms", None),
     "server_loop_lag_p99_ms": ("server_loop_lag_p99_ms", None),
     "server_loop_lag_max_ms": ("server_loop_lag_max_ms", None),
+    # Context switches of every server thread per edit (Hocuspocus's too): the hand-offs between
+    # threads cost CPU that no profile of Python code shows.
+    "switches_per_edit": ("server_switches_per_edit", None),
 }
 
 
