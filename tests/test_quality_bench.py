@@ -340,6 +340,16 @@ def test_bench_quality_small_runs_end_to_end(tmp_path: Path) -> None:
             assert 0.0 <= figures["empty"][1] <= figures["empty"][0] <= figures["empty"][2] <= 1
     sure = report["configs"]["server-default/sure@0.5"]["dev"]
     assert sure["chars_accepted"][0] >= 0 and "chars_accepted_vs_reference" in sure
+    # Every run's generations per cut, with the confidences: a new rule is scored from these.
+    generations = json.loads((tmp_path / "generations.json").read_text())
+    assert len(generations["cases"]) == 9
+    assert set(generations["runs"]) == {"server-default", "rep1.3", "raw", "no-start"}
+    assert len(generations["runs"]["raw"]) == 3  # the subset
+    reference = generations["runs"]["server-default"]
+    assert reference.keys() == generations["cases"].keys()
+    shown = [gen for gen in reference.values() if gen["shown"].strip()]
+    assert shown and all(gen["confidences"] for gen in shown)
+    assert all(0 <= end <= len(gen["shown"]) for gen in shown for end, _ in gen["confidences"])
 
 
 def test_bench_quality_through_a_real_openai_compatible_server(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from typing import Any
 from tether.ai.text.stopping import DEFAULT_SURE
 
 from .quality_corpus import KINDS, Case, load_cases
-from .quality_drive import Upstream, drive_local, drive_openai, every_nth
+from .quality_drive import Generation, Upstream, drive_local, drive_openai, every_nth
 from .quality_report import plot, print_kinds, print_table, summarize, view_name
 
 CASE_COUNTS = {"small": (6, 3), "default": (150, 75), "all": (100_000, 100_000)}
@@ -178,6 +178,24 @@ def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--openai-model", default="default", help="model name sent upstream")
 
 
+def _generations(cases: list[Case], results: dict[str, dict[str, Generation]]) -> dict[str, Any]:
+    """Every run's generation per cut, with the model's confidence in each piece: enough to
+    score a new rule (a pick between two runs, say) on the same cuts without the model."""
+    return {
+        "cases": {
+            case.ident: {"split": case.split, "kind": case.kind, "truth": case.truth[:80]}
+            for case in cases
+        },
+        "runs": {
+            name: {
+                ident: {"shown": gen.shown, "confidences": gen.confidences, "error": gen.error}
+                for ident, gen in by_case.items()
+            }
+            for name, by_case in results.items()
+        },
+    }
+
+
 def run_quality_bench(args: argparse.Namespace) -> int:
     runs = _choose_runs(args.runs, bool(args.openai_url))
     where = _upstream_address(args.openai_url) if args.openai_url else ""
@@ -204,6 +222,7 @@ def run_quality_bench(args: argparse.Namespace) -> int:
     if args.openai_url:
         report["openai"] = {"url": where, "model": args.openai_model}
     (out / "quality.json").write_text(json.dumps(report, indent=1))
+    (out / "generations.json").write_text(json.dumps(_generations(cases, results), indent=1))
     print_table(report, scored)
     print_kinds(report, scored)
     plot(report, scored, out / "quality.png")
