@@ -569,29 +569,42 @@ def _thread_name(pid: int, tid: int) -> str:
         return str(tid)
 
 
+def _thread_deltas(
+    before: dict[int, ThreadTimes], after: dict[int, ThreadTimes]
+) -> list[ThreadTimes]:
+    """Each thread's counters over the run (a thread started meanwhile counts from zero)."""
+    deltas = []
+    for tid, now in after.items():
+        then = before.get(tid, ThreadTimes(now.name, 0.0, 0.0, 0))
+        deltas.append(
+            ThreadTimes(
+                now.name,
+                now.user - then.user,
+                now.system - then.system,
+                now.switches - then.switches,
+            )
+        )
+    return deltas
+
+
 def thread_shares(
     before: dict[int, ThreadTimes], after: dict[int, ThreadTimes]
 ) -> list[dict[str, Any]]:
     """The server's CPU over the run by thread, busiest first (the four busiest): where the
     per-edit cost goes, e.g. the event loop against the SQLite writer's commits."""
-    rows = []
-    for tid, now in after.items():
-        then = before.get(tid, ThreadTimes(now.name, 0.0, 0.0, 0))
-        rows.append(
-            (now.name, now.user - then.user, now.system - then.system, now.switches - then.switches)
-        )
-    total = sum(user + system for _, user, system, _ in rows) or 1.0
-    rows.sort(key=lambda row: row[1] + row[2], reverse=True)
+    rows = _thread_deltas(before, after)
+    total = sum(row.user + row.system for row in rows) or 1.0
+    rows.sort(key=lambda row: row.user + row.system, reverse=True)
     return [
         {
-            "thread": name,
-            "cpu_s": round(user + system, 2),
-            "user_s": round(user, 2),
-            "system_s": round(system, 2),
-            "share": round((user + system) / total, 3),
-            "switches": switches,
+            "thread": row.name,
+            "cpu_s": round(row.user + row.system, 2),
+            "user_s": round(row.user, 2),
+            "system_s": round(row.system, 2),
+            "share": round((row.user + row.system) / total, 3),
+            "switches": row.switches,
         }
-        for name, user, system, switches in rows[:4]
+        for row in rows[:4]
     ]
 
 
@@ -601,11 +614,7 @@ def switches_per_edit(
     """Context switches of all the server's threads over the run, per edit (None if unread)."""
     if not after or edits <= 0:
         return None
-    total = 0
-    for tid, now in after.items():
-        then = before.get(tid)
-        total += now.switches - (then.switches if then is not None else 0)
-    return round(total / edits, 2)
+    return round(sum(row.switches for row in _thread_deltas(before, after)) / edits, 2)
 
 
 def _cpu_seconds(pid: int | None) -> float | None:
