@@ -363,7 +363,8 @@ class Flights:
 
     def _check_stale(self, room: Room, state: RoomState) -> None:
         """After edits: stop completions whose text right at the cursor changed, unless what
-        was typed there is how the completion begins (type-ahead: it goes on)."""
+        was typed there is how the completion begins (type-ahead: it goes on). Edits further
+        off (a collaborator at the top of the page) leave them be."""
         state.check_scheduled = False
         if not state.flights:
             return
@@ -371,7 +372,7 @@ class Flights:
         for flight in list(state.flights):
             if flight.finished or flight.prompt.kind != "complete":
                 continue
-            if flight.anchor.intact(text):
+            if flight.anchor.intact_near(text):
                 continue
             typed = flight.anchor.typed(text)
             # What the model wrote, held back or not: typing the start of a word still being

@@ -60,6 +60,22 @@ class TextAnchor:
             return index == len(text)
         return text[index : index + len(self.after)] == self.after
 
+    def intact_near(self, text: str, span: int = SHORT_SPAN) -> bool:
+        """Nothing typed or deleted within ``span`` characters either side of the anchor;
+        edits further off do not count. What an in-flight completion is judged by: in a short
+        document a collaborator typing at its top is within the anchor's whole span of a
+        cursor at its end, and concurrent inserts there may interleave with the text that was
+        (a CRDT orders them by client), which ``intact`` reads as a change at the cursor."""
+        index = self.resolve(text)
+        if index is None:
+            return False
+        near = self.before[-span:]
+        if text[max(0, index - len(near)) : index] != near:
+            return False
+        if not self.after:  # it was at the end: anything after it now was typed there
+            return index == len(text)
+        return text.startswith(self.after[:span], index)
+
     def typed(self, text: str, limit: int = TYPED_LIMIT) -> str | None:
         """What was inserted right at the anchor since: the text now between its before and
         after parts ("" when nothing was). None when either side changed otherwise."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pycrdt import Doc, Text
 
 from tether.ai.cache.suggestions import CacheQuery, CacheSettings, SuggestionCache, typed_ahead
 from tether.ai.suggest.prefetch import DutyCycle, Pause, edited_end
@@ -141,6 +142,53 @@ async def test_an_interactive_job_preempts_a_running_prefetch_but_not_a_promoted
         assert not wanted.cancelled() and not queued.done()
         wanted.cancel()
         assert await asyncio.wait_for(queued, 5) == "quick"
+
+
+def test_an_anchor_near_the_cursor_ignores_edits_further_off() -> None:
+    text = "The meeting is on Tuesday at noon."
+    end = TextAnchor.at(text, len(text))
+    fixed = "The meetings is on Tuesday at noon."  # a word 23 characters back
+    assert not end.intact(fixed) and end.intact_near(fixed)
+    assert not end.intact_near("The meeting is on Tuesday at high noon.")  # right before it
+    assert not end.intact_near(text + " And")  # typed at it
+    middle = TextAnchor.at(text, len("The meeting is"))
+    assert middle.intact_near("The meeting is on Tuesday at twelve.")  # well after it
+    assert not middle.intact_near("The meeting is now on Tuesday at noon.")
+
+
+def test_concurrent_inserts_at_the_top_of_a_short_document_leave_the_end_intact_near() -> None:
+    """Two editors typing at position 0 at once: the CRDT orders their characters by client,
+    so one may land inside the text the anchor saw before the cursor. Near the cursor nothing
+    changed, and a completion streaming there must go on."""
+    base = "Dear team, the quarterly report is ready and"
+    broken = 0
+    for seed in range(20):
+        server, alice, bob = (
+            Doc(client_id=1000),
+            Doc(client_id=2000 + seed),
+            Doc(client_id=3000 - seed),
+        )
+        content = server.get("content", type=Text)
+        content += base
+        for doc in (alice, bob):
+            doc.apply_update(server.get_update())
+        mine, theirs = alice.get("content", type=Text), bob.get("content", type=Text)
+        mine.insert(0, "a")
+        server.apply_update(alice.get_update())
+        bob.apply_update(alice.get_update())
+        theirs.insert(0, "b")
+        server.apply_update(bob.get_update())
+        alice.apply_update(bob.get_update())
+        mine.insert(0, "a")  # reaches the server before bob sees it ...
+        server.apply_update(alice.get_update())
+        text = str(content)
+        anchor = TextAnchor.at(text, len(text))  # ... and the request comes now
+        theirs.insert(0, "b")  # bob, not having seen alice's last "a"
+        server.apply_update(bob.get_update())
+        now = str(content)
+        broken += not anchor.intact(now)
+        assert anchor.intact_near(now), (text, now)
+    assert broken > 0  # the whole span did break, for some client order
 
 
 def test_an_anchor_after_a_repeated_sentence_finds_its_own_copy() -> None:

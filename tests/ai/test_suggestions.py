@@ -487,6 +487,35 @@ async def test_queue_full_answers_busy_at_once_while_others_complete(
     assert again["type"] == "suggestion.end" and again["reason"] == "done", again
 
 
+async def test_an_edit_a_few_words_before_the_cursor_leaves_the_stream_going(
+    scripted: ServerProcess,
+) -> None:
+    """In a short document every edit is within the anchor's whole span of the cursor: a
+    collaborator fixing a word earlier in the sentence (or typing at the top of the page)
+    does not stop the completion being streamed at its end; a change right at the cursor
+    still does."""
+    name = doc_name("near")
+    text = "The meeting is on Tuesday at noon."
+    with anyio.fail_after(15):
+        async with editor(scripted, name) as a, editor(scripted, name) as b:
+            await seeded(a, text)
+            await b.doc.wait_text(text)
+            a.suggest("kept", utf16_len(text))
+            await a.got("suggestion.delta", "kept")
+            await b.edit_acked(lambda d: d.insert(len("The meeting"), "s"))  # 23 chars back
+            await b.edit_acked(lambda d: d.insert(0, "Note: "))
+            kept_end = await a.finished("kept")
+            edited = "Note: The meetings is on Tuesday at noon."
+            await a.doc.wait_text(edited)
+            a.suggest("stale", utf16_len(edited))
+            await a.got("suggestion.delta", "stale")
+            await b.edit_acked(lambda d: d.insert(len(edited) - len("noon."), "high "))
+            stale_end = await a.finished("stale")
+    assert kept_end["type"] == "suggestion.end" and kept_end["reason"] == "done", kept_end
+    assert a.text_of("kept") == "".join(PIECES)
+    assert stale_end["type"] == "suggestion.end" and stale_end["reason"] == "cancelled"
+
+
 async def test_edit_before_the_cursor_cancels_an_edit_elsewhere_does_not(
     scripted: ServerProcess,
 ) -> None:
