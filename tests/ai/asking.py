@@ -37,9 +37,13 @@ def send_suggest(doc: DocumentHandle, request_id: str, *, max_tokens: int | None
     doc.send_stateless(Suggest(request_id, "complete", pos=pos, max_tokens=max_tokens).encode())
 
 
-async def collect(doc: DocumentHandle, request_id: str, *, timeout: float = 15) -> Answer:
-    """Read ``request_id``'s messages until it ends; other requests' messages are dropped."""
-    answer = Answer()
+async def collect(
+    doc: DocumentHandle, request_id: str, *, timeout: float = 15, started: str = ""
+) -> Answer:
+    """Read ``request_id``'s messages until it ends; other requests' messages are dropped.
+    ``started``: the source of its ``suggestion.start``, when the caller has read that already
+    (and maybe some text: what follows is collected)."""
+    answer = Answer(source=started)
     with anyio.fail_after(timeout):
         while True:
             message = json.loads(await doc.stateless.get())

@@ -101,13 +101,21 @@ async def next_status(doc: DocumentHandle, request_id: str) -> dict[str, object]
                 return dict(message)
 
 
-async def first_delta(doc: DocumentHandle, request_id: str) -> None:
+async def first_delta(doc: DocumentHandle, request_id: str) -> str:
+    """Wait for ``request_id``'s first text; the source its ``suggestion.start`` named."""
+    source = ""
     with anyio.fail_after(30):
         while True:
             message = json.loads(await doc.stateless.get())
-            if message.get("id") == request_id and message["type"] == "suggestion.delta":
-                return
-            assert message.get("type") != "suggestion.error", message
+            if message.get("id") != request_id:
+                continue
+            if message["type"] == "suggestion.start":
+                source = message["source"]
+            elif message["type"] == "suggestion.delta":
+                assert source, f"text before suggestion.start: {message}"
+                return source
+            # Ended before its first text (an error, or nothing to say): fail now, not at 30 s.
+            assert message["type"] not in ("suggestion.error", "suggestion.end"), message
 
 
 async def test_the_live_server_maps_no_native_ai_code_and_its_worker_does(
@@ -152,10 +160,11 @@ async def test_kill_9_of_the_worker_mid_stream_costs_the_suggestion_not_a_socket
         a.send_stateless(
             Suggest("long", "complete", pos=utf16_len(str(a.text)), max_tokens=400).encode()
         )
-        await first_delta(a, "long")
+        source = await first_delta(a, "long")
         os.kill(worker_pid, signal.SIGKILL)
         killed_at = time.monotonic()
-        answer = await collect(a, "long", timeout=10)
+        # More text may still come before the kill lands; then the error.
+        answer = await collect(a, "long", timeout=10, started=source)
         noticed = time.monotonic() - killed_at
         assert answer.end["type"] == "suggestion.error", answer.end
         assert answer.end["code"] == "unavailable", answer.end
