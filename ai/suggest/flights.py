@@ -28,6 +28,7 @@ from ..cache.suggestions import CacheQuery, SuggestionCache, embedding_text
 from ..errors import AiError, BadRequest, ModelUnavailable
 from ..metrics import AiMetrics
 from ..model.providers.base import Cancellation, GenerationRequest, Provider
+from ..text.anchors import SHORT_SPAN
 from ..text.regions import RegionIndex
 from .document_text import DocumentText
 from .generation import run_generation, screening, shaping
@@ -374,7 +375,7 @@ class Flights:
                 continue
             if flight.anchor.intact_near(text):
                 continue
-            typed = flight.anchor.typed(text)
+            typed = flight.anchor.typed(text, span=SHORT_SPAN)
             # What the model wrote, held back or not: typing the start of a word still being
             # judged is typing ahead too.
             written = flight.screen.text if flight.screen is not None else flight.text

@@ -76,11 +76,13 @@ class TextAnchor:
             return index == len(text)
         return text.startswith(self.after[:span], index)
 
-    def typed(self, text: str, limit: int = TYPED_LIMIT) -> str | None:
+    def typed(self, text: str, limit: int = TYPED_LIMIT, span: int | None = None) -> str | None:
         """What was inserted right at the anchor since: the text now between its before and
-        after parts ("" when nothing was). None when either side changed otherwise."""
+        after parts ("" when nothing was). None when either side changed otherwise; with
+        ``span``, only the ``span`` characters before it count (as in ``intact_near``)."""
         index = self.resolve(text)
-        if index is None or text[max(0, index - len(self.before)) : index] != self.before:
+        before = self.before if span is None else self.before[-span:]
+        if index is None or text[max(0, index - len(before)) : index] != before:
             return None
         if not self.after:
             inserted = text[index:]

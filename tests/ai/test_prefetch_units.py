@@ -14,7 +14,7 @@ from pycrdt import Doc, Text
 from tether.ai.cache.suggestions import CacheQuery, CacheSettings, SuggestionCache, typed_ahead
 from tether.ai.suggest.prefetch import DutyCycle, Pause, edited_end
 from tether.ai.suggest.scheduler import INTERACTIVE, PREFETCH, Scheduler
-from tether.ai.text.anchors import TextAnchor
+from tether.ai.text.anchors import SHORT_SPAN, TextAnchor
 
 
 def test_edited_end_is_where_typing_stopped() -> None:
@@ -188,6 +188,8 @@ def test_concurrent_inserts_at_the_top_of_a_short_document_leave_the_end_intact_
         now = str(content)
         broken += not anchor.intact(now)
         assert anchor.intact_near(now), (text, now)
+        # And what the writer then types at the cursor is still typed there (type-ahead).
+        assert anchor.typed(now + " the", span=SHORT_SPAN) == " the", now
     assert broken > 0  # the whole span did break, for some client order
 
 
