@@ -373,7 +373,7 @@ class Flights:
         for flight in list(state.flights):
             if flight.finished or flight.prompt.kind != "complete":
                 continue
-            if flight.anchor.intact_near(text):
+            if flight.anchor.intact(text, span=SHORT_SPAN):
                 continue
             typed = flight.anchor.typed(text, span=SHORT_SPAN)
             # What the model wrote, held back or not: typing the start of a word still being

@@ -49,37 +49,26 @@ class TextAnchor:
             return 0
         return 1 if text.find(self.after, end, end + TYPED_LIMIT + len(self.after)) >= 0 else 2
 
-    def intact(self, text: str) -> bool:
-        """Both sides unchanged: nothing was typed or deleted right at the anchor."""
+    def intact(self, text: str, span: int | None = None) -> bool:
+        """Both sides unchanged: nothing was typed or deleted right at the anchor. With
+        ``span``, only that many characters either side count: what an in-flight completion
+        is judged by, since in a short document a collaborator typing at its top is within
+        the whole span of a cursor at its end, and concurrent inserts there may interleave
+        with the text that was (a CRDT orders them by client)."""
         index = self.resolve(text)
         if index is None:
             return False
-        if text[max(0, index - len(self.before)) : index] != self.before:
+        before = self.before if span is None else self.before[-span:]
+        if text[max(0, index - len(before)) : index] != before:
             return False
         if not self.after:  # it was at the end: anything after it now was typed there
             return index == len(text)
-        return text[index : index + len(self.after)] == self.after
-
-    def intact_near(self, text: str, span: int = SHORT_SPAN) -> bool:
-        """Nothing typed or deleted within ``span`` characters either side of the anchor;
-        edits further off do not count. What an in-flight completion is judged by: in a short
-        document a collaborator typing at its top is within the anchor's whole span of a
-        cursor at its end, and concurrent inserts there may interleave with the text that was
-        (a CRDT orders them by client), which ``intact`` reads as a change at the cursor."""
-        index = self.resolve(text)
-        if index is None:
-            return False
-        near = self.before[-span:]
-        if text[max(0, index - len(near)) : index] != near:
-            return False
-        if not self.after:  # it was at the end: anything after it now was typed there
-            return index == len(text)
-        return text.startswith(self.after[:span], index)
+        return text.startswith(self.after if span is None else self.after[:span], index)
 
     def typed(self, text: str, limit: int = TYPED_LIMIT, span: int | None = None) -> str | None:
         """What was inserted right at the anchor since: the text now between its before and
         after parts ("" when nothing was). None when either side changed otherwise; with
-        ``span``, only the ``span`` characters before it count (as in ``intact_near``)."""
+        ``span``, only the ``span`` characters before it count (as in ``intact``)."""
         index = self.resolve(text)
         before = self.before if span is None else self.before[-span:]
         if index is None or text[max(0, index - len(before)) : index] != before:

@@ -148,15 +148,16 @@ def test_an_anchor_near_the_cursor_ignores_edits_further_off() -> None:
     text = "The meeting is on Tuesday at noon."
     end = TextAnchor.at(text, len(text))
     fixed = "The meetings is on Tuesday at noon."  # a word 23 characters back
-    assert not end.intact(fixed) and end.intact_near(fixed)
-    assert not end.intact_near("The meeting is on Tuesday at high noon.")  # right before it
-    assert not end.intact_near(text + " And")  # typed at it
+    assert not end.intact(fixed) and end.intact(fixed, span=SHORT_SPAN)
+    right_before = "The meeting is on Tuesday at high noon."
+    assert not end.intact(right_before, span=SHORT_SPAN)
+    assert not end.intact(text + " And", span=SHORT_SPAN)  # typed at it
     middle = TextAnchor.at(text, len("The meeting is"))
-    assert middle.intact_near("The meeting is on Tuesday at twelve.")  # well after it
-    assert not middle.intact_near("The meeting is now on Tuesday at noon.")
+    assert middle.intact("The meeting is on Tuesday at twelve.", span=SHORT_SPAN)  # well after it
+    assert not middle.intact("The meeting is now on Tuesday at noon.", span=SHORT_SPAN)
 
 
-def test_concurrent_inserts_at_the_top_of_a_short_document_leave_the_end_intact_near() -> None:
+def test_concurrent_inserts_at_the_top_of_a_short_document_leave_the_cursor_intact() -> None:
     """Two editors typing at position 0 at once: the CRDT orders their characters by client,
     so one may land inside the text the anchor saw before the cursor. Near the cursor nothing
     changed, and a completion streaming there must go on."""
@@ -187,7 +188,7 @@ def test_concurrent_inserts_at_the_top_of_a_short_document_leave_the_end_intact_
         server.apply_update(bob.get_update())
         now = str(content)
         broken += not anchor.intact(now)
-        assert anchor.intact_near(now), (text, now)
+        assert anchor.intact(now, span=SHORT_SPAN), (text, now)
         # And what the writer then types at the cursor is still typed there (type-ahead).
         assert anchor.typed(now + " the", span=SHORT_SPAN) == " the", now
     assert broken > 0  # the whole span did break, for some client order
