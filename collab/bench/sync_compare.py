@@ -106,7 +106,8 @@ def run_compare(args: argparse.Namespace) -> dict[str, Any]:
                 f"rep {rep + 1}/{args.reps} {target.label}: "
                 f"{result['server_cpu_s_per_1000_edits']} CPU s/1000 edits, fan-out p50/p99"
                 f" {result['fanout_ms']['p50']}/{result['fanout_ms']['p99']} ms,"
-                f" ack p50/p99 {result['ack_ms']['p50']}/{result['ack_ms']['p99']} ms",
+                f" ack p50/p99 {result['ack_ms']['p50']}/{result['ack_ms']['p99']} ms,"
+                f" {result.get('server_switches_per_edit')} context switches/edit",
                 flush=True,
             )
     return summarise(args, targets, runs)
