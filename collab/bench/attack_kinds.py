@@ -6,6 +6,9 @@ An attack is an async context manager: entering it does the setup (a document to
 session, a stored log) and yields the strike, a coroutine function that sends the attack and
 returns what became of it ("applied", "closed 1002: ...", "HTTP 410: ..."); leaving it closes
 every socket it opened. Sizes are the issue's, times ``scale``. Knows nothing of the bystanders.
+
+``build_attacks`` lists these and issue 37's (rich text, Markdown, AI and model servers:
+``rich_attacks``, ``ai_attacks``, ``upstream_attacks``).
 """
 
 from __future__ import annotations
@@ -14,9 +17,8 @@ import asyncio
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 
 import httpx
@@ -24,12 +26,15 @@ import httpx
 from tether.protocol.http_wire import BATCH_TYPE, SESSION_HEADER, encode_batch
 from tether.protocol.messages import PING_FRAME
 
+from .ai_attacks import ai_attacks
+from .attack_base import Attack, Strike
 from .launcher import ServerProcess
+from .rich_attacks import rich_attacks
 from .shape_updates import Shape, backwards_pairs, fragmenting_deletes, unmerged_run
+from .upstream_attacks import upstream_attacks
 from .wire_editor import EditorClosed, WireEditor
 
-Strike = Callable[[], Awaitable[str]]
-Prepared = Callable[[ServerProcess, float], AbstractAsyncContextManager[Strike]]
+__all__ = ["Attack", "build_attacks", "stall_attacks"]
 
 # The issue's sizes (scale 1): the shapes as tests/test_update_shapes.py sends them, the
 # backwards-typing update at the issue's 66 KB, the fallback flood and the slow clients.
@@ -44,15 +49,19 @@ _OTHER_CLIENT = "127.0.0.2"  # a fresh client that is not the one holding the co
 _FRESH_PROBES = 5
 
 
-@dataclass(frozen=True)
-class Attack:
-    name: str
-    finding: int
-    payload_bytes: int
-    prepared: Prepared
-
-
 def build_attacks(scale: float) -> list[Attack]:
+    """Every attack: issue 26's stalls, then issue 37's."""
+    return [
+        *stall_attacks(scale),
+        *rich_attacks(scale),
+        *ai_attacks(scale),
+        *upstream_attacks(scale),
+    ]
+
+
+def stall_attacks(scale: float) -> list[Attack]:
+    """Issue 26's: one peer's input that stalls the event loop."""
+
     def sized(n: int) -> int:
         return max(1, round(n * scale))
 

@@ -2,8 +2,11 @@
 (issue 26), measured from outside so that the same run times an old checkout ("before") and a
 new one ("after") side by side.
 
-For each attack (``collab.bench.attack_kinds``: findings 1, 2, 3, 5 and 7) and each checkout, a
-fresh ``tether serve`` from that checkout's directory gets the attack's setup; then two
+For each attack (``collab.bench.attack_kinds``: issue 26's findings 1, 2, 3, 5 and 7, and issue
+37's rich-text, Markdown, AI and model-server shapes) and each checkout, a fresh ``tether serve``
+from that checkout's directory gets the attack's setup (and, first, what the attack starts
+around it: model servers of the bench's own, a webhook receiver; settings a checkout's
+``serve --help`` does not list are left out for it, and named in its row); then two
 bystanders start (``collab.bench.stall_probes``): ``GET /health`` on a kept-alive connection and
 an editor typing on a document of its own, each one request every ``--interval`` seconds,
 awaiting its answer; the attack is sent and waited for (at most ``--timeout`` seconds), and the
@@ -11,8 +14,12 @@ bystanders run on for ``--tail`` seconds (6: past the unload grace, so that unlo
 attacked document counts too). Reported per attack and checkout: the attack's bytes,
 its wall time and outcome, /health latency p50/p99/max, the bystander's ack p99/max (all in
 ms, over the requests answered after the attack began; ``>`` marks one still unanswered when
-the probes stopped), and the loop lag the server saw itself (``tether_event_loop_lag_seconds``
-and its watchdog's log line; "-" where the checkout has neither).
+the probes stopped), the loop lag the server saw itself (``tether_event_loop_lag_seconds``
+and its watchdog's log line; "-" where the checkout has neither) and how many turns its
+watchdog logged as held past 250 ms, the server's resident memory in MiB (before the strike,
+then its peak and what stayed resident at the end of the tail, both as growth over before:
+``collab.bench.server_memory``), and what the strike measured itself (a victim's time to
+first token, a reader's GET: its ``figures``), before the outcome.
 
 Each server starts with a soft open-file limit of ``--server-open-files`` (1024, many systems'
 default; a checkout may raise its own), as the slow-headers finding was found under. All
@@ -24,7 +31,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -37,10 +46,12 @@ from typing import Any
 
 from .attack_kinds import Attack, build_attacks
 from .launcher import REPO, ServerProcess
+from .server_memory import MemoryWatch
 from .stall_probes import BYSTANDER_DOC, Bystanders, Latencies, ServerLag
 
 _WARM_UP_S = 0.5  # the bystanders' first requests, before the attack: connections made
 _OUTCOME_CHARS = 100  # in the table; the JSON has all of it
+_FLAG = re.compile(r"--([a-z0-9][a-z0-9-]*)")
 
 
 def add_attacks_arguments(parser: argparse.ArgumentParser) -> None:
@@ -157,23 +168,47 @@ def _soft_file_limit(limit: int) -> Iterator[None]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
+@functools.cache
+def serve_settings(repo: Path) -> frozenset[str]:
+    """The settings ``tether serve`` of the checkout at ``repo`` takes (its flags, as
+    ``TETHER_*`` names' lower-case tails): an older checkout lacks the newer ones."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tether.collab.cli", "serve", "--help"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return frozenset(flag.replace("-", "_") for flag in _FLAG.findall(done.stdout))
+
+
 async def _measure(attack: Attack, target: Target, args: argparse.Namespace) -> dict[str, Any]:
     row: dict[str, Any] = {
         "attack": attack.name,
+        "issue": attack.issue,
         "finding": attack.finding,
         "target": target.label,
         "bytes": attack.payload_bytes,
     }
     with tempfile.TemporaryDirectory(prefix="tether-attacks-") as data_dir:
-        server = _Server(Path(data_dir), repo=target.repo, open_files=args.server_open_files)
-        try:
-            await asyncio.to_thread(server.start)
-            row.update(await _attacked(attack, server, args))
-        except Exception as exc:
-            row["failed"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:100]
-            row["server_log"] = server.log()[-2000:]
-        finally:
-            await asyncio.to_thread(server.stop)
+        async with contextlib.AsyncExitStack() as around:
+            server = _Server(Path(data_dir), repo=target.repo, open_files=args.server_open_files)
+            try:
+                settings: dict[str, object] = {}
+                if attack.surroundings is not None:
+                    made = attack.surroundings(Path(data_dir))
+                    settings = await around.enter_async_context(made)
+                known = await asyncio.to_thread(serve_settings, target.repo)
+                server.settings = {k: v for k, v in settings.items() if k in known}
+                if len(server.settings) < len(settings):
+                    row["settings_left_out"] = sorted(set(settings) - known)
+                await asyncio.to_thread(server.start)
+                row.update(await _attacked(attack, server, args))
+            except Exception as exc:
+                row["failed"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:100]
+                row["server_log"] = server.log()[-2000:]
+            finally:
+                await asyncio.to_thread(server.stop)
     return row
 
 
@@ -181,6 +216,7 @@ async def _attacked(
     attack: Attack, server: ServerProcess, args: argparse.Namespace
 ) -> dict[str, Any]:
     token = server.token([BYSTANDER_DOC])
+    assert server.proc is not None
     async with attack.prepared(server, args.timeout) as strike:
         bystanders = Bystanders(
             server.http_url, server.ws_url, token, interval=args.interval, timeout=args.timeout
@@ -189,6 +225,8 @@ async def _attacked(
             lag = ServerLag(server.log_path)
             await lag.open(bystanders.http)
             await asyncio.sleep(_WARM_UP_S)
+            memory = MemoryWatch(server.proc.pid)
+            memory.start()
             began = time.perf_counter()
             try:
                 outcome = await asyncio.wait_for(strike(), args.timeout)
@@ -196,6 +234,7 @@ async def _attacked(
                 outcome = f"> {args.timeout:.0f} s timeout"
             wall = time.perf_counter() - began
             await asyncio.sleep(args.tail)
+            rss = memory.stop()
             assert bystanders.health is not None and bystanders.acks is not None
             health = bystanders.health.since(began)
             acks = bystanders.acks.since(began)
@@ -206,6 +245,9 @@ async def _attacked(
         "health_ms": _fields(health),
         "ack_ms": _fields(acks),
         "server_lag_ms": server_lag,
+        "stalls_logged": lag.logged_count(),
+        "rss_mb": rss.as_dict(),
+        "figures": dict(getattr(strike, "figures", {})),
     }
 
 
@@ -225,22 +267,47 @@ def _round(value: float | None) -> float | None:
 
 
 HEADER = (
-    f"{'attack':<18}{'checkout':<15}{'bytes':>10}{'wall s':>8}"
+    f"{'attack':<23}{'checkout':<15}{'bytes':>10}{'wall s':>8}"
     f"{'/health ms p50':>15}{'p99':>8}{'max':>9}{'ack ms p99':>12}{'max':>9}"
-    f"{'srv lag':>9}  outcome"
+    f"{'srv lag':>9}{'>250':>5}{'RSS MB':>8}{'+peak':>7}{'+after':>7}  figures; outcome"
 )
 
 
 def line(row: dict[str, Any]) -> str:
-    start = f"{row['attack']:<18}{row['target']:<15}{row['bytes']:>10}"
+    start = f"{row['attack']:<23}{row['target']:<15}{row['bytes']:>10}"
     if row.get("failed"):
         return f"{start}  failed: {row['failed']}"
     health, acks = row["health_ms"], row["ack_ms"]
+    rss = row.get("rss_mb") or {}
+    figures = _figures(row.get("figures") or {})
     return (
         f"{start}{row['wall_s']:>8.2f}{_ms(health['p50']):>15}{_ms(health['p99']):>8}"
         f"{_worst(health):>9}{_ms(acks['p99']):>12}{_worst(acks):>9}"
-        f"{row['server_lag_ms']:>9}  {row['outcome'][:_OUTCOME_CHARS]}{_errors(health, acks)}"
+        f"{row['server_lag_ms']:>9}{row.get('stalls_logged', '-'):>5}"
+        f"{_mb(rss.get('before')):>8}{_growth(rss, 'peak'):>7}{_growth(rss, 'after'):>7}"
+        f"  {figures}{row['outcome'][:_OUTCOME_CHARS]}{_errors(health, acks)}"
     )
+
+
+def _mb(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _growth(rss: dict[str, float | None], key: str) -> str:
+    before, value = rss.get("before"), rss.get(key)
+    return "-" if before is None or value is None else f"{value - before:+.0f}"
+
+
+def _figures(figures: dict[str, Any]) -> str:
+    """``name=value`` each (a p50/max pair as ``p50/max``), then ``; `` before the outcome."""
+    parts = []
+    for name, value in figures.items():
+        if isinstance(value, dict):
+            value = f"{_ms(value.get('p50'))}/{_ms(value.get('max'))}"
+        elif isinstance(value, float):
+            value = _ms(value)
+        parts.append(f"{name}={value}")
+    return "; ".join(parts) + "; " if parts else ""
 
 
 def _ms(value: float | None) -> str:

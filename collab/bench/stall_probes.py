@@ -147,6 +147,10 @@ class ServerLag:
         self.buckets = await _lag_buckets(http)
         self.log_offset = _size(self.log_path)
 
+    def logged_count(self) -> int:
+        """How many turns the watchdog logged as held (past 250 ms) since ``open``."""
+        return len(_logged_stalls(self.log_path, self.log_offset))
+
     async def worst_ms(self, http: httpx.AsyncClient) -> str:
         """'-' on a checkout without the metric, '?' when the server did not answer."""
         if self.buckets is None:
