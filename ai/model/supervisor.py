@@ -28,6 +28,7 @@ import numpy as np
 from tether.protocol.worker import DONE, EMBEDDER, ERROR, FAILED, HELLO, LOADED, READY, TOKEN, Frame
 
 from ..errors import ModelUnavailable, ProviderError
+from .fair import SHARE
 from .providers.base import Cancellation, GenerationRequest
 from .worker_link import WorkerLink, worker_environment
 
@@ -257,8 +258,10 @@ class Supervisor:
                 log.exception("an AI state listener failed")
 
     async def _watch(self) -> None:
-        """Kill a worker that hangs: a generation with no token or progress for
-        ``stall_seconds``, or an idle worker that does not answer a ping in that time."""
+        """Kill a worker that hangs: generations in flight and none with a token, progress or
+        an end for ``stall_seconds`` (those waiting their turn behind a long prompt are not
+        hung: the running one's progress speaks for the worker), or an idle worker that does
+        not answer a ping in that time."""
         limit = self.settings.stall_seconds
         next_ping = time.monotonic() + self.settings.ping_seconds
         while True:
@@ -267,8 +270,7 @@ class Supervisor:
             if link is None or not link.alive or self.state != READY_STATE:
                 continue
             now = time.monotonic()
-            stalled = link.stalled(now, limit)
-            if stalled is not None:
+            if link.stalled(now, limit):
                 log.error("the model worker hung: no token for %.1f s; killing it", limit)
                 link.kill(f"hung (no token for {limit:.0f} s)")
                 continue
@@ -299,7 +301,7 @@ class Supervisor:
         self, request: GenerationRequest, cancel: Cancellation
     ) -> AsyncIterator[str]:
         link = self._serving_link()
-        stream = link.open_generation(request)
+        stream = link.open_generation(request, SHARE.get())
         cancel.add_callback(lambda: link.cancel(stream))  # reaches the worker at once
         try:
             while True:
@@ -317,6 +319,11 @@ class Supervisor:
         finally:
             if not stream.finished:
                 link.cancel(stream)
+                # Until the worker has let it go (within one prompt chunk or token): whoever
+                # holds the model's turn (the scheduler) keeps it until the model is free, so a
+                # cancelled prompt cannot leave the next request queued behind it unseen.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stream.ended.wait(), self.settings.stall_seconds)
 
     @property
     def embedder_ready(self) -> bool:

@@ -3,7 +3,10 @@
 Requests are multiplexed on the one channel by id. When the process exits (killed, crashed,
 out of memory) or the channel breaks, every request in flight fails at once with
 ``ModelUnavailable``: the end of the stream is the fault becoming detectable, so nothing waits
-on a timeout. Imports nothing native: the worker process does that.
+on a timeout. A cancelled generation stays known until the worker says it ended, so whoever
+holds the model's turn can wait for the model to be free, and the worker counts as hung only
+when none of its generations has moved for a while (the others wait their turn inside it,
+silent by design). Imports nothing native: the worker process does that.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from tether.protocol.worker import (
 )
 
 from ..errors import BadRequest, ModelUnavailable, ProviderError
+from .fair import document_of
 from .providers.base import GenerationRequest, Piece
 from .worker.contract import LOG_MARK, OUT_OF_MEMORY_EXIT
 
@@ -57,8 +61,9 @@ class GenerationStream:
 
     id: int
     events: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
-    last_activity: float = field(default_factory=time.monotonic)
     finished: bool = False
+    cancelled: bool = False  # asked to stop: its text is dropped, its end still awaited
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class WorkerLink:
@@ -81,6 +86,9 @@ class WorkerLink:
         self._env = env
         self._ids = itertools.count(1)
         self._generations: dict[int, GenerationStream] = {}
+        # When a generation last moved (a token, progress, an end), or the worker last became
+        # busy: the hang watchdog's clock (``stalled``).
+        self._last_activity = time.monotonic()
         self._calls: dict[int, asyncio.Future[Frame]] = {}
         self._process: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -128,7 +136,8 @@ class WorkerLink:
 
     # ---- requests -------------------------------------------------------------------------
 
-    def open_generation(self, request: GenerationRequest) -> GenerationStream:
+    def open_generation(self, request: GenerationRequest, share: str = "") -> GenerationStream:
+        """Send ``request``; ``share`` is whose turn it takes in the worker (``ai.model.fair``)."""
         if not self.alive:
             raise ModelUnavailable(self.exit_reason or "the model worker is not running")
         stream = GenerationStream(next(self._ids))
@@ -136,6 +145,8 @@ class WorkerLink:
             frame = encode_frame(
                 GENERATE,
                 id=stream.id,
+                share=share,
+                document=document_of(request),
                 prompt=request.prompt,
                 session=request.session,
                 max_tokens=request.max_tokens,
@@ -152,17 +163,20 @@ class WorkerLink:
             # watchdog to take for a hung worker, and this request alone fails.
             raise BadRequest(f"the prompt is too large for the model worker: {exc}") from exc
         assert self._writer is not None
+        if not self._generations:
+            self._last_activity = time.monotonic()  # idle until now: no stall so far
         self._generations[stream.id] = stream
         self._writer.write(frame)
         return stream
 
     def cancel(self, stream: GenerationStream) -> None:
-        """Stop it (the model stops within one token) and forget it."""
-        if self._generations.pop(stream.id, None) is not None and self.alive:
+        """Stop it (the model stops within one token, or before its turn); it stays known, its
+        text dropped, until the worker's ``done`` says the model let it go (``ended``)."""
+        if stream.cancelled or stream.finished:
+            return
+        stream.cancelled = True
+        if self.alive and stream.id in self._generations:
             self._send(CANCEL, id=stream.id)
-
-    def forget(self, stream: GenerationStream) -> None:
-        self._generations.pop(stream.id, None)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         reply = await self._call(EMBED, texts=texts)
@@ -172,12 +186,11 @@ class WorkerLink:
     async def ping(self) -> None:
         await self._call(PING)
 
-    def stalled(self, now: float, limit: float) -> GenerationStream | None:
-        """A generation that has had neither text nor progress for ``limit`` seconds."""
-        for stream in self._generations.values():
-            if now - stream.last_activity > limit:
-                return stream
-        return None
+    def stalled(self, now: float, limit: float) -> bool:
+        """Generations are in flight and none has had text, progress or an end for ``limit``
+        seconds. Not per generation: those waiting their turn in the worker are silent while
+        another runs, and that one's progress says the worker is alive."""
+        return bool(self._generations) and now - self._last_activity > limit
 
     async def _call(self, op: str, **members: Any) -> Frame:
         if not self.alive:
@@ -249,10 +262,12 @@ class WorkerLink:
     def _route(self, frame: Frame) -> None:
         op, request_id = frame.op, frame.header.get("id")
         stream = self._generations.get(request_id) if isinstance(request_id, int) else None
+        if op in (TOKEN, PROGRESS, DONE, ERROR):
+            self._last_activity = time.monotonic()
         if op in (TOKEN, PROGRESS, DONE, ERROR) and stream is not None:
-            stream.last_activity = time.monotonic()
             if op == TOKEN:
-                stream.events.put_nowait((TOKEN, _piece(frame.header)))
+                if not stream.cancelled:
+                    stream.events.put_nowait((TOKEN, _piece(frame.header)))
             elif op == DONE:
                 self.warm_hits = int(frame.header.get("warm_hits", self.warm_hits))
                 self._end_stream(stream, (DONE, int(frame.header.get("pieces", 0))))
@@ -265,13 +280,14 @@ class WorkerLink:
                 future.set_result(frame)
             return
         if op in (TOKEN, PROGRESS, DONE):
-            return  # a generation we cancelled and forgot, finishing its last token
+            return  # a generation that ended already: nobody listens
         self._on_frame(frame)
 
     def _end_stream(self, stream: GenerationStream, event: tuple[str, Any]) -> None:
         stream.finished = True
         self._generations.pop(stream.id, None)
         stream.events.put_nowait(event)
+        stream.ended.set()
 
     async def _ended(self) -> None:
         """The channel is gone: the process is dying or dead. Fail everything in flight now,

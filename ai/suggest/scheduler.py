@@ -1,16 +1,22 @@
 """The model workers in front of the provider (one, or one per model upstream), shared
-fairly: interactive requests before prefetch, round-robin between connections, a quota of jobs
-per connection and per grant subject, a bounded queue that answers ``Busy`` at once instead of
-timing out, cancelled jobs dropped unrun.
+fairly: interactive requests before prefetch, subjects (and within one, its connections) in
+turn, a quota of jobs per connection and per grant subject, a bounded queue that answers
+``Busy`` at once instead of timing out, cancelled jobs dropped unrun.
 
 Fairness, because the model is the server's scarcest resource and one client must not be able
-to take it from everyone else (issue 10, item 8):
+to take it from everyone else (issue 10, item 8; issue 37, item 3):
 
 - each job has an *owner* (the connection that asked) and optionally a *subject* (the grant's
-  ``sub``; ``None`` where there is no identity, e.g. ``--auth none``);
+  ``sub``; ``None`` where there is no identity, e.g. ``--auth none``: the connection stands
+  for it);
 - an owner may have at most ``per_owner`` interactive jobs queued or running, a subject at most
   ``per_subject`` (across its connections); one more is ``QuotaExceeded`` at once;
-- the worker takes the next job round-robin by owner (within a priority), not first-come;
+- the worker takes the next job by fair queueing (``ai.model.fair``) within a priority:
+  subjects in turn, a subject that just had a turn after one that has not, then that
+  subject's connections in turn; never first-come;
+- each job runs with its share (``ai.model.fair.SHARE``) in its context, so where its
+  generation waits again (the model worker, an upstream's connections) it is served in turn
+  the same way;
 - when the shared queue is full, a newcomer displaces the newest queued job of the owner with
   the most queued jobs, if that owner has at least two more than the newcomer: nobody is told
   ``busy`` because of one client's backlog while that client has more than its share.
@@ -24,11 +30,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import Busy, QuotaExceeded
+from ..model.fair import SHARE, FairQueue
 
 INTERACTIVE = 0
 PREFETCH = 1
@@ -49,6 +57,17 @@ class _Job:
     @property
     def live(self) -> bool:
         return not self.done.done()
+
+    @property
+    def share(self) -> Hashable:
+        """Whose turn this job takes: its subject, or its connection without one."""
+        return self.subject if self.subject is not None else ("connection", self.owner)
+
+    def share_name(self) -> str:
+        """The share as the model worker and upstream queues see it (``ai.model.fair``)."""
+        if self.subject is not None:
+            return str(self.subject)
+        return f"connection:{id(self.owner):x}"
 
 
 class Scheduler:
@@ -72,11 +91,8 @@ class Scheduler:
         self.per_owner = per_owner  # 0: no quota
         self.per_subject = per_subject
         self._on_refusal = on_refusal
-        # priority -> owner -> that owner's queued jobs, oldest first. A dict keeps insertion
-        # order: the first owner is the next to be served, and is moved to the back after.
-        self._queues: dict[int, dict[Hashable, collections.deque[_Job]]] = {
-            p: {} for p in _PRIORITIES
-        }
+        # Per priority, the queued jobs by subject, then connection (``FairQueue``).
+        self._queues: dict[int, FairQueue[_Job]] = {p: FairQueue() for p in _PRIORITIES}
         self._wake = asyncio.Event()
         self._workers: list[asyncio.Task[None]] = []
         self.active: list[_Job] = []  # running now, at most ``workers``
@@ -98,11 +114,10 @@ class Scheduler:
                 await worker
         for job in self._queued():
             job.done.cancel()
-        for queue in self._queues.values():
-            queue.clear()
+        self._queues = {p: FairQueue() for p in _PRIORITIES}
 
     def _queued(self) -> list[_Job]:
-        return [job for queue in self._queues.values() for jobs in queue.values() for job in jobs]
+        return [job for queue in self._queues.values() for job in queue]
 
     @property
     def depth(self) -> int:
@@ -129,7 +144,10 @@ class Scheduler:
             ):
                 raise Busy("the model is busy; try again shortly")
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Job(priority, owner, subject, run, done))
+        job = _Job(priority, owner, subject, run, done)
+        self._enqueue(job)
+        # Cancelled while queued: out of the queue now, so it takes no turn from its subject.
+        done.add_done_callback(lambda _: self._remove(job))
         if priority == INTERACTIVE and len(self.active) >= self.workers:
             for running in self.active:
                 if running.priority == PREFETCH:
@@ -163,11 +181,7 @@ class Scheduler:
             self._on_refusal(limit, owner)
 
     def _enqueue(self, job: _Job) -> None:
-        queue = self._queues[job.priority]
-        jobs = queue.get(job.owner)
-        if jobs is None:
-            jobs = queue[job.owner] = collections.deque()
-        jobs.append(job)
+        self._queues[job.priority].push(job.share, job.owner, job)
 
     def promote(self, done: asyncio.Future[Any]) -> None:
         """Someone now waits for this job: it becomes interactive (and is never preempted)."""
@@ -193,14 +207,7 @@ class Scheduler:
         )
 
     def _remove(self, job: _Job) -> None:
-        queue = self._queues[job.priority]
-        jobs = queue.get(job.owner)
-        if jobs is None:
-            return
-        with contextlib.suppress(ValueError):
-            jobs.remove(job)
-        if not jobs:
-            del queue[job.owner]
+        self._queues[job.priority].discard(job.share, job.owner, job)
 
     def _evict_prefetch(self) -> bool:
         """Interactive work displaces queued prefetch rather than being refused."""
@@ -224,15 +231,11 @@ class Scheduler:
         return True
 
     def _next(self) -> _Job | None:
-        """Round-robin by owner within the highest priority that has live work."""
+        """The next job in turn within the highest priority that has live work."""
         for priority in _PRIORITIES:
             queue = self._queues[priority]
             while queue:
-                owner = next(iter(queue))
-                jobs = queue.pop(owner)
-                job = jobs.popleft()
-                if jobs:
-                    queue[owner] = jobs  # to the back of the round
+                job = queue.pop()
                 if job.live:
                     return job
         return None
@@ -250,7 +253,10 @@ class Scheduler:
             self.active.append(job)
             if self._next_live():
                 self._wake.set()  # more queued work: another free worker may take it
-            task = asyncio.ensure_future(job.run())
+            # The job's share rides in its context to wherever its generation waits next.
+            context = contextvars.copy_context()
+            context.run(SHARE.set, job.share_name())
+            task = asyncio.get_running_loop().create_task(job.run(), context=context)
             job.done.add_done_callback(lambda f, t=task: t.cancel() if f.cancelled() else None)
             try:
                 result = await asyncio.shield(task)

