@@ -120,6 +120,20 @@ class Settings:
     # A Markdown body (PUT text/markdown) is parsed and written as a tree in a worker thread at
     # ~5 µs and ~300 bytes of memory per byte of Markdown: bounded well below --max-frame-bytes.
     max_markdown_bytes: int = 512 * 1024
+    # Worker threads per concern, and the REST requests each may have waiting beyond them
+    # (collab.runtime.pools): past that a request is refused (503 with Retry-After), so a flood
+    # of one kind never delays another's reads, loads or opens. Socket-path work is never
+    # refused. More threads than cores only share the GIL with the event loop.
+    imports_threads: int = 1
+    imports_queue: int = 4
+    renders_threads: int = 1
+    renders_queue: int = 16
+    loads_threads: int = 2
+    loads_queue: int = 32
+    updates_threads: int = 2
+    # Rendered documents (REST formats, versions, webhook texts) kept per document state, so
+    # reading an unchanged document again costs no render (collab.http.renders).
+    render_cache_bytes: int = 64 * 1024 * 1024
     # Keys one map may hold, and root types one document: yrs rehashes each table whole as it
     # doubles, a pause of the loop that grows with it (collab.updates.guard).
     max_map_keys: int = 1 << 18
@@ -310,6 +324,13 @@ class Settings:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
         if self.max_markdown_bytes < 1:
             raise ValueError("max_markdown_bytes must be >= 1")
+        threads = (self.imports_threads, self.renders_threads, self.loads_threads)
+        if not all(1 <= n <= 64 for n in (*threads, self.updates_threads)):
+            raise ValueError("imports, renders, loads and updates threads must be 1 to 64")
+        if min(self.imports_queue, self.renders_queue, self.loads_queue) < 0:
+            raise ValueError("imports_queue, renders_queue and loads_queue must be >= 0")
+        if self.render_cache_bytes < 0:
+            raise ValueError("render_cache_bytes must be >= 0 (0: nothing kept)")
         if not self.rich_fragment or len(self.rich_fragment) > 256:
             raise ValueError("rich_fragment must be a root type name of 1 to 256 characters")
         if min(self.max_map_keys, self.max_root_types, self.max_clients_per_document) < 1:
@@ -373,6 +394,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 SIZES: dict[str, str] = {
     "max_frame_bytes": "B",
     "max_markdown_bytes": "B",
+    "render_cache_bytes": "B",
     "max_outgoing_message_bytes": "B",
     "initial_sync_piece_bytes": "B",
     "max_queued_bytes_before_auth": "B",

@@ -416,7 +416,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group(
         "logging & runtime",
-        "what the server logs, who may read /metrics, and the garbage collector",
+        "what the server logs, who reads /metrics, the GC, threads off the loop",
         (
             ("log_level", ONE_OF, "least severe level logged"),
             (
@@ -430,6 +430,18 @@ GROUPS: tuple[Group, ...] = (
                 ONE_OF,
                 "'freeze': full collections walk only what is new (shorter pauses);"
                 " 'default': CPython's own",
+            ),
+            ("imports_threads", "N", "threads for REST imports and restores (Markdown, updates)"),
+            ("imports_queue", "N", "REST imports that may wait beyond those threads"),
+            ("renders_threads", "N", "threads rendering documents (REST, versions, webhooks)"),
+            ("renders_queue", "N", "REST renders that may wait beyond those threads"),
+            ("loads_threads", "N", "threads building stored documents for their rooms"),
+            ("loads_queue", "N", "REST reads of unloaded documents that may wait to load"),
+            ("updates_threads", "N", "threads reading peers' big updates and cutting syncs"),
+            (
+                "render_cache_bytes",
+                "SIZE",
+                "rendered documents kept per state, so an unchanged one is not rendered again",
             ),
         ),
     ),

@@ -31,6 +31,7 @@ from .fallback.endpoints import HttpTransport
 from .hooks import AuthRequest, Hooks
 from .http.documents import DocumentsApi
 from .http.pages import Pages
+from .http.renders import Renders
 from .http.request_auth import RequestAuth
 from .http.status import StatusEndpoints
 from .http.suggest import SuggestEndpoint
@@ -44,6 +45,7 @@ from .runtime.limits import AiQuotaLog
 from .runtime.log_redaction import install as redact_tokens_in_logs
 from .runtime.loop_watch import LoopWatch, done, note
 from .runtime.metrics import Metrics
+from .runtime.pools import Pools, PoolSizes, installed
 from .storage.store import Store
 from .transport.asgi_socket import AsgiWebSocket
 from .transport.send_budget import SendBudget
@@ -89,6 +91,8 @@ class TetherServer:
         self.metrics = Metrics()
         ProcessCollector(registry=self.metrics.registry)
         self.authenticator = Authenticator(settings.auth, settings.jwt_secret)
+        # Renders kept per document state, shared by REST, versions and webhooks.
+        self.renders = Renders(settings.render_cache_bytes, self.metrics)
         self.store: Store | None = None
         self.rooms: RoomManager | None = None
         self.ai: Any = None  # ai.engine.AiEngine when suggestions are on
@@ -134,6 +138,9 @@ class TetherServer:
         try:
             watch = LoopWatch(self.metrics.loop_lag, until_serving=True)
             await stack.enter_async_context(watch)
+            # Threads per concern (imports, renders, loads, updates), not the default executor.
+            pools = stack.enter_context(installed(Pools(PoolSizes.from_settings(settings))))
+            self.metrics.watch_pools(pools)
             built = build_store(settings, self.metrics, self._given_store)
             backend = await stack.enter_async_context(built.store)
             rooms = self._room_manager(backend)
@@ -146,7 +153,7 @@ class TetherServer:
                 self._extend(stack, extension)
             engine = await self._start_ai(stack)
             self._extend(stack, engine if engine is not None else AiOff())
-            webhooks = WebhookExtension.from_settings(settings, self.metrics)
+            webhooks = WebhookExtension.from_settings(settings, self.metrics, self.renders)
             if webhooks is not None:
                 self.hooks.add(webhooks)
                 stack.push_async_callback(webhooks.aclose)
@@ -260,7 +267,7 @@ class TetherServer:
                 self.metrics, self.settings.metrics_token, context, engine, lambda: self.cluster
             ).routes(),
             *SuggestEndpoint(self.settings, self.authenticator, grant_of, context, engine).routes(),
-            *DocumentsApi(context, grant_of).routes(),
+            *DocumentsApi(context, grant_of, self.renders).routes(),
             Route("/openapi.json", openapi),
             Route("/favicon.ico", favicon),
             Route(FAVICON_PATH, favicon),

@@ -26,20 +26,21 @@ from starlette.routing import Route
 
 from ..auth.tokens import Grant
 from ..connection.context import MAX_DOCUMENT_NAME, ServerContext, valid_document_name
-from ..content.reading import Content, read_content
 from ..rooms.document_edits import (
     ImportRefused,
     RestOrigin,
     content_of_state,
     import_update,
-    restore_text,
     set_text,
     set_tree,
 )
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.room import RoomClosed
+from ..runtime import pools
+from ..runtime.pools import PoolFull
 from ..storage.store import StorageError, VersionInfo
 from .numbers import parse_counter, valid_id
+from .renders import Rendered, Renders
 
 log = logging.getLogger("tether.rest")
 
@@ -57,9 +58,15 @@ GrantOf = Callable[[Request, str | None], Awaitable[Grant | None]]
 class DocumentsApi:
     """The handlers; ``context`` is read per request (a server may restart)."""
 
-    def __init__(self, context: Callable[[], ServerContext], grant_of: GrantOf) -> None:
+    def __init__(
+        self,
+        context: Callable[[], ServerContext],
+        grant_of: GrantOf,
+        renders: Renders | None = None,
+    ) -> None:
         self._context = context
         self._grant_of = grant_of
+        self._renders = renders  # shared with webhooks by TetherServer; else made on first use
         self._version_lock = asyncio.Lock()  # count check + add, one at a time (rare writes)
         self._logged: set[tuple[str, str]] = set()  # (address, limit): each logged once
 
@@ -129,18 +136,21 @@ class DocumentsApi:
         if not await _known(ctx, name):
             return _error(404, "no such document")
         try:
-            async with ctx.rooms.visit(name) as room:
+            async with ctx.rooms.visit(name, refusable=True) as room:
                 await ctx.hooks.before_read(room)  # several nodes: what others acked too
-                content = read_content(room.doc, ctx.settings.rich_fragment)
                 peers = len(room.peers)
-                state = room.doc.get_update() if export == "yjs" else b""
+                if export == "yjs":
+                    return _export(name, export, room.doc.get_update())
+                # A snapshot now; read and rendered in the renders pool, once per state.
+                rich_name = ctx.settings.rich_fragment
+                rendered = await self._renders_of(ctx).of_room(room, rich_name, export)
         except DocumentQuarantined as exc:
             return _error(409, str(exc))
+        except PoolFull as exc:
+            return _busy(exc)
         if export == "json":
-            return JSONResponse(
-                {"name": name, "kind": content.kind, "text": content.text(), "peers": peers}
-            )
-        return _export(name, export, content, state)
+            return _json_with_text({"name": name, "kind": rendered.kind, "peers": peers}, rendered)
+        return _export(name, export, rendered.body)
 
     async def delete(self, request: Request) -> Response:
         name, refusal = await self._check(request, write=True)
@@ -157,6 +167,14 @@ class DocumentsApi:
         name, refusal = await self._check(request, write=True)
         if refusal is not None:
             return refusal
+        try:  # a place in the imports pool for the whole request, body included
+            place = pools.current().imports.reserve()
+        except PoolFull as exc:
+            return _busy(exc)
+        with place:
+            return await self._import(request, name)
+
+    async def _import(self, request: Request, name: str) -> Response:
         kind = _content_type(request)
         if kind not in IMPORTS:
             # Only with a bearer token in a header, so a cross-site <form> cannot send any.
@@ -187,7 +205,7 @@ class DocumentsApi:
         grant = await self._grant_of(request, name)
         origin = RestOrigin("import", grant.subject if grant else "")
         try:
-            async with ctx.rooms.visit(name) as room:
+            async with ctx.rooms.visit(name, refusable=True) as room:
                 if kind == "text/markdown":
                     await set_tree(room, written_text, origin)
                 elif kind == "text/plain":
@@ -201,6 +219,8 @@ class DocumentsApi:
             return _error(status, str(exc))
         except DocumentQuarantined as exc:
             return _error(409, str(exc))
+        except PoolFull as exc:
+            return _busy(exc)
         except (RoomClosed, StorageError):
             return _error(503, "the document is busy or could not be stored; try again")
         return JSONResponse({"name": name, "imported": True})
@@ -239,11 +259,13 @@ class DocumentsApi:
             return _error(404, "no such document")
         async with self._version_lock:
             try:
-                async with ctx.rooms.visit(name) as room:
+                async with ctx.rooms.visit(name, refusable=True) as room:
                     await ctx.hooks.before_read(room)  # several nodes: what others acked too
                     state = room.doc.get_update()
             except DocumentQuarantined as exc:
                 return _error(409, str(exc))
+            except PoolFull as exc:
+                return _busy(exc)
             existing = await ctx.store.list_versions(name)
             if existing and await ctx.store.load_version(name, existing[-1].id) == state:
                 # Nothing changed since the last version: it is the answer (200, not 201), and
@@ -286,13 +308,20 @@ class DocumentsApi:
         state = await ctx.store.load_version(name, number)
         if state is None:
             return _error(404, "no such version")
-        content = content_of_state(state, ctx.settings.rich_fragment)
+        if export == "yjs":
+            return _export(f"{name}@{version}", export, state)
+        try:  # read and rendered in the renders pool, once per state
+            rendered = await self._renders_of(ctx).of_state(
+                state, ctx.settings.rich_fragment, export
+            )
+        except PoolFull as exc:
+            return _busy(exc)
         if export != "json":
-            return _export(f"{name}@{version}", export, content, state)
+            return _export(f"{name}@{version}", export, rendered.body)
         info = next((v for v in await ctx.store.list_versions(name) if v.id == number), None)
         if info is None:
             return _error(404, "no such version")
-        return JSONResponse({**_version_json(info), "kind": content.kind, "text": content.text()})
+        return _json_with_text({**_version_json(info), "kind": rendered.kind}, rendered)
 
     async def restore(self, request: Request) -> Response:
         name, refusal = await self._check(request, write=True)
@@ -313,21 +342,27 @@ class DocumentsApi:
             return _error(404, "no such version")
         grant = await self._grant_of(request, name)
         origin = RestOrigin("restore", grant.subject if grant else "")
+        rich_name = ctx.settings.rich_fragment
         try:
-            async with ctx.rooms.visit(name) as room:
-                saved = content_of_state(state, ctx.settings.rich_fragment)
-                if saved.kind == "rich":  # the tree as it was, as one new change
-                    await set_tree(room, saved.blocks, origin)
-                else:
-                    await restore_text(room, state, origin)
-                text = read_content(room.doc, ctx.settings.rich_fragment).text()
+            with pools.current().imports.reserve():  # the whole restore is one import
+                imports = pools.current().imports
+                saved = await imports.run(content_of_state, state, rich_name, first=False)
+                async with ctx.rooms.visit(name, refusable=True) as room:
+                    if saved.kind == "rich":  # the tree as it was, as one new change
+                        await set_tree(room, saved.blocks, origin)
+                    else:
+                        await set_text(room, saved.plain, origin)
+                    renders = self._renders_of(ctx)
+                    text = await renders.of_room(room, rich_name, "json", refusable=False)
         except ImportRefused as exc:
             return _error(422, str(exc))
         except DocumentQuarantined as exc:
             return _error(409, str(exc))
+        except PoolFull as exc:
+            return _busy(exc)
         except (RoomClosed, StorageError):
             return _error(503, "the document is busy or could not be stored; try again")
-        return JSONResponse({"name": name, "restored": version, "text": text})
+        return _json_with_text({"name": name, "restored": version}, text)
 
     # ---- shared checks -------------------------------------------------------------------------
 
@@ -380,6 +415,11 @@ class DocumentsApi:
             return _error(400, "body must be a JSON object")
         return fields
 
+    def _renders_of(self, ctx: ServerContext) -> Renders:
+        if self._renders is None:
+            self._renders = Renders(ctx.settings.render_cache_bytes, ctx.metrics)
+        return self._renders
+
     def _log_once(self, request: Request, limit: str, detail: str) -> None:
         address = request.client.host if request.client else "unknown"
         key = (address[:64], limit)
@@ -405,24 +445,40 @@ async def _has_versions(ctx: ServerContext, name: str) -> bool:
         return False
 
 
-def _export(name: str, export: str, content: Content, state: bytes) -> Response:
+def _export(name: str, export: str, body: bytes) -> Response:
+    """``body`` (the encoded state for "yjs", else the rendered text, Markdown or HTML) as the
+    download of ``name``."""
     base = _filename(name)
     headers = {"X-Content-Type-Options": "nosniff"}
     if export == "yjs":
         headers["Content-Disposition"] = f'attachment; filename="{base}.yjs"'
-        return Response(state, media_type="application/octet-stream", headers=headers)
+        return Response(body, media_type="application/octet-stream", headers=headers)
     if export == "markdown":
         # A plain document's text is what users write Markdown in: served as it is; a rich
         # one's tree is written as Markdown (collab.content.markdown).
         headers["Content-Disposition"] = f'attachment; filename="{base}.md"'
-        markdown = content.markdown()
-        return Response(markdown, media_type="text/markdown; charset=utf-8", headers=headers)
+        return Response(body, media_type="text/markdown; charset=utf-8", headers=headers)
     if export == "html":
         # A fragment, everything escaped; served as an attachment, never rendered in our origin.
         headers["Content-Disposition"] = f'attachment; filename="{base}.html"'
-        return Response(content.html(), media_type="text/html; charset=utf-8", headers=headers)
+        return Response(body, media_type="text/html; charset=utf-8", headers=headers)
     headers["Content-Disposition"] = f'inline; filename="{base}.txt"'
-    return Response(content.text(), media_type="text/plain; charset=utf-8", headers=headers)
+    return Response(body, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _json_with_text(fields: dict[str, Any], rendered: Rendered) -> Response:
+    """``fields`` and a ``"text"`` that is already a JSON string (``Renders``' "json"): the
+    document's megabytes are not encoded again on the loop."""
+    head = json.dumps(fields, ensure_ascii=False, separators=(",", ":")).encode()
+    body = b"".join((head[:-1], b',"text":', rendered.body, b"}"))
+    return Response(body, media_type="application/json")
+
+
+def _busy(exc: PoolFull) -> Response:
+    """503 with Retry-After: the pool this request needs has as much waiting as it may."""
+    reply = _error(503, str(exc))
+    reply.headers["Retry-After"] = str(exc.retry_after)
+    return reply
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._@-]+")

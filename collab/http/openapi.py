@@ -35,7 +35,8 @@ def _errors(*statuses: int) -> dict[str, Any]:
         415: "wrong Content-Type",
         422: "the update guard refused the update (nesting, dependencies, origins)",
         501: "the store keeps no versions",
-        503: "the document is busy or could not be stored",
+        503: "the document is busy or could not be stored, or the worker pool this needs is"
+        " full (imports, renders, loads): try again after Retry-After seconds",
     }
     return {str(s): _json("Error", reasons[s]) for s in statuses}
 
@@ -249,7 +250,7 @@ PATHS: dict[str, Any] = {
                     "description": "the document (json) or its export",
                     "content": {"application/json": {"schema": _ref("Document")}, **_EXPORTS},
                 },
-                **_errors(400, 401, 403, 404, 409),
+                **_errors(400, 401, 403, 404, 409, 503),
             },
         },
         "put": _IMPORT,
@@ -283,7 +284,7 @@ PATHS: dict[str, Any] = {
                         **_EXPORTS,
                     },
                 },
-                **_errors(400, 401, 403, 404, 501),
+                **_errors(400, 401, 403, 404, 501, 503),
             },
         },
         "post": {
@@ -300,7 +301,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "201": _json("Version", "saved"),
                 "200": _json("Version", "unchanged since this, its last version"),
-                **_errors(400, 401, 403, 404, 409, 413, 415, 501),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 501, 503),
             },
         },
     },

@@ -29,13 +29,16 @@ from typing import Any
 import httpx
 
 from ..config import Settings
-from ..content.reading import RICH_NAME, read_content
+from ..content.reading import RICH_NAME
 from ..runtime.metrics import Metrics
+from .renders import Renders
 
 log = logging.getLogger(__name__)
 
 SIGNATURE_HEADER = "Tether-Signature"
 EVENT_HEADER = "Tether-Event"
+# A webhook extension made without the server's renders keeps its own, this big.
+_OWN_RENDERS_BYTES = 8 * 1024 * 1024
 
 
 def sign(secret: str, body: bytes) -> str:
@@ -64,12 +67,16 @@ class WebhookExtension:
     timeout: float = 10.0
     events: tuple[str, ...] = ("change", "store", "delete")
     metrics: Metrics | None = None
+    # The text is rendered off the loop, once per state (REST shares them: TetherServer).
+    renders: Renders = field(default_factory=lambda: Renders(_OWN_RENDERS_BYTES))
     _pending: dict[tuple[str, str], _Pending] = field(default_factory=dict)
     _deletes: set[asyncio.Task[None]] = field(default_factory=set)
     _client: httpx.AsyncClient | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, metrics: Metrics) -> WebhookExtension | None:
+    def from_settings(
+        cls, settings: Settings, metrics: Metrics, renders: Renders | None = None
+    ) -> WebhookExtension | None:
         """The extension ``--webhook-url`` asks for, or None when it is unset."""
         if not settings.webhook_url:
             return None
@@ -80,6 +87,7 @@ class WebhookExtension:
             max_wait=max(settings.webhook_debounce * 5, 1.0),
             events=tuple(settings.webhook_events.split(",")),
             metrics=metrics,
+            renders=renders or Renders(settings.render_cache_bytes, metrics),
         )
 
     # ---- hooks ---------------------------------------------------------------------------
@@ -176,15 +184,24 @@ class WebhookExtension:
         if getattr(pending.room, "deleted", False):  # deleted while its timer ran
             del self._pending[key]
             return
-        body = json.dumps(
-            {
-                "event": event,
-                "document": name,
-                "text": _text_of(pending.room),
-                "at": time.time(),
-            }
-        ).encode()
+        room = pending.room
         try:
+            text = await self._text_json(room)
+            if getattr(room, "deleted", False):  # deleted while its text was rendered
+                return
+            body = b"".join(
+                (
+                    b'{"event":',
+                    json.dumps(event).encode(),
+                    b',"document":',
+                    json.dumps(name).encode(),
+                    b',"text":',
+                    text,
+                    b',"at":',
+                    json.dumps(time.time()).encode(),
+                    b"}",
+                )
+            )
             await self._post(event, name, body)
         finally:
             current = self._pending.get(key)
@@ -225,12 +242,14 @@ class WebhookExtension:
             "webhook %s of %r failed after %d attempts: %s", event, name, self.attempts, problem
         )
 
+    async def _text_json(self, room: Any) -> bytes:
+        """The document's text, rich or plain (``collab.content``), as a JSON string: the
+        snapshot taken now, rendered in the renders pool (a delivery waits, never refused)."""
+        settings = getattr(room, "settings", None)
+        rich_name = getattr(settings, "rich_fragment", RICH_NAME)
+        rendered = await self.renders.of_room(room, rich_name, "json", refusable=False)
+        return rendered.body
+
     def _count(self, outcome: str) -> None:
         if self.metrics is not None:
             self.metrics.webhooks.labels(outcome).inc()
-
-
-def _text_of(room: Any) -> str:
-    """The document's text, rich or plain (``collab.content``)."""
-    settings = getattr(room, "settings", None)
-    return read_content(room.doc, getattr(settings, "rich_fragment", RICH_NAME)).text()

@@ -21,6 +21,7 @@ from ..content.markdown_in import parse_markdown
 from ..content.reading import Content, read_content
 from ..content.tree import Node, Run
 from ..content.tree_write import replace_fragment
+from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
@@ -61,19 +62,20 @@ def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[i
 async def _import_off_loop(room: Room, update: bytes, origin: object) -> int:
     with full_collections_held():  # its objects would make each full pass long
         try:
-            read = await read_update(update)
+            read = await read_update(update, pools.current().imports, first=False)
         except MalformedUpdate as exc:
             raise ImportRefused("malformed", f"malformed update: {exc}") from exc
         if not wants_slices(*read):
             return await _import(room, read, origin)
         # Many structs: applied in slices, the loop free between them, as on the socket path.
-        sliced = await asyncio.to_thread(slice_update, *read)
+        imports = pools.current().imports
+        sliced = await imports.run(slice_update, *read, first=False)
         if sliced is None:
             raise ImportRefused("malformed", "update refused: its structs cannot be put in order")
         pieces = None
         if len(read[0]) > room.settings.max_message_bytes:  # the peers' copy, cut off the loop
-            pieces = await asyncio.to_thread(
-                broadcast_pieces, read[0], room.settings.max_message_bytes
+            pieces = await imports.run(
+                broadcast_pieces, read[0], room.settings.max_message_bytes, first=False
             )
         try:
             return await room.import_sliced(read[0], sliced, origin, pieces)
@@ -106,14 +108,6 @@ def _import(room: Room, read: ReadUpdate, origin: object) -> asyncio.Future[int]
         raise ImportRefused(limit, f"update refused: {exc}") from exc
 
 
-def restore_text(room: Room, state: bytes, origin: object) -> asyncio.Future[int]:
-    """Make the room's text equal the text of ``state`` (a saved full update) with one new
-    change that replaces only the part that differs; history is not rewound."""
-    saved = Doc()
-    saved.apply_update(state)
-    return set_text(room, str(saved.get(TEXT_NAME, type=Text)), origin)
-
-
 def set_text(room: Room, target: str, origin: object) -> asyncio.Future[int]:
     """Make the room's plain text (``content``) equal ``target`` with one new change that
     replaces only the part that differs."""
@@ -140,7 +134,8 @@ async def set_tree(room: Room, blocks: tuple[Node | Run, ...] | str, origin: obj
     an editor stays: only what the copy held is replaced. Raises ``ImportRefused``."""
     name = room.settings.rich_fragment
     with full_collections_held():
-        update = await asyncio.to_thread(_tree_update, room.doc.get_update(), blocks, name)
+        imports = pools.current().imports
+        update = await imports.run(_tree_update, room.doc.get_update(), blocks, name, first=False)
         return await import_update(room, update, origin)
 
 
@@ -163,9 +158,13 @@ def _tree_update(state: bytes, blocks: tuple[Node | Run, ...] | str, fragment_na
 
 
 def content_of_state(state: bytes, rich_name: str) -> Content:
-    """What a saved full update (a version) says, read as ``collab.content`` reads a room."""
+    """What a saved full update (a version) says, read as ``collab.content`` reads a room.
+    O(document): run it in a worker thread (the renders or imports pool). A big state is
+    applied in slices, so the thread lets the GIL go to the loop between them (yrs holds it
+    through one apply)."""
     doc = Doc()
-    doc.apply_update(state)
+    layers = load_slices(state) if reads_off_loop(state) else None
+    apply_update(doc, state, origin=None, layers=layers)
     return read_content(doc, rich_name)
 
 

@@ -31,6 +31,7 @@ from tether.protocol.lib0 import Decoder, write_var_uint
 from tether.protocol.sync import SyncStep2, SyncUpdate
 from tether.protocol.update_split import split_update
 
+from ..runtime import pools
 from ..runtime.metrics import Metrics
 from ..transport.outbox import Outbox
 
@@ -124,9 +125,9 @@ class InitialSync:
 
 
 async def _cut(pieces: Iterator[bytes]) -> bytes | None:
-    """The next piece, cut in a worker thread: cutting is pure Python at ~10 us per struct, so
-    one piece of typed text held the event loop ~0.4 s; the loop gets the GIL every 5 ms."""
-    return await asyncio.to_thread(next, pieces, None)
+    """The next piece, cut in the updates pool: cutting is pure Python at ~10 us per struct,
+    so one piece of typed text held the event loop ~0.4 s; the loop gets the GIL every 5 ms."""
+    return await pools.current().updates.run(next, pieces, None)
 
 
 def _known_clients_only(state_vector: bytes, room: Room) -> bytes:

@@ -20,7 +20,7 @@ from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate
 
 from ..hooks import Hooks
-from ..runtime import gc_policy
+from ..runtime import gc_policy, pools
 from ..runtime.gc_hold import full_collections_held
 from ..runtime.metrics import Metrics
 from ..storage.store import Store
@@ -65,8 +65,10 @@ class RoomManager:
     def rooms(self) -> dict[str, Room]:
         return self._rooms
 
-    async def acquire(self, name: str) -> Room:
-        """The loaded room for ``name``; the caller must attach a peer before awaiting again."""
+    async def acquire(self, name: str, *, refusable: bool = False) -> Room:
+        """The loaded room for ``name``; the caller must attach a peer before awaiting again.
+        ``refusable``: a REST request's, refused with ``PoolFull`` rather than waiting behind
+        its pool's queue bound of loads; an editor's open is never refused and goes first."""
         while True:
             unloading = self._unloading.get(name)
             if unloading is not None:
@@ -86,7 +88,12 @@ class RoomManager:
                 return room
             future = self._loading.get(name)
             if future is None or future.done():
-                future = asyncio.ensure_future(self._load(name))
+                # Taken now, so a full pool refuses before anything starts; the load itself
+                # is never refused once it runs (others may be waiting on it).
+                place = pools.current().loads.reserve() if refusable else None
+                future = asyncio.ensure_future(self._load(name, first=place is None))
+                if place is not None:
+                    future.add_done_callback(lambda _, p=place: p.release())
                 self._loading[name] = future
                 future.add_done_callback(lambda f, n=name: self._forget_loading(n, f))
             room = await asyncio.shield(future)
@@ -95,11 +102,12 @@ class RoomManager:
                 return room
 
     @contextlib.asynccontextmanager
-    async def visit(self, name: str) -> AsyncIterator[Room]:
+    async def visit(self, name: str, *, refusable: bool = False) -> AsyncIterator[Room]:
         """The loaded room for a reader that attaches no peer (REST, the HTTP suggestion path):
         when it is done, a room nobody is attached to goes back to unloading after the grace
-        period, as if its last editor had left. ``acquire`` alone would pin it loaded forever."""
-        room = await self.acquire(name)
+        period, as if its last editor had left. ``acquire`` alone would pin it loaded forever.
+        ``refusable`` as for ``acquire``."""
+        room = await self.acquire(name, refusable=refusable)
         try:
             yield room
         finally:
@@ -180,17 +188,19 @@ class RoomManager:
         if self._loading.get(name) is future:
             del self._loading[name]
 
-    async def _read(self, name: str) -> StoredDocument:
-        """The stored document, through a fresh guard, and the size of its log."""
+    async def _read(self, name: str, *, first: bool = True) -> StoredDocument:
+        """The stored document, through a fresh guard, and the size of its log; ``first``:
+        someone waits on it at the socket (an editor's open, a rebuild), ahead of REST."""
         updates = await self._store.load(name)
         if sum(len(u) for u in updates) < _LOAD_INLINE_BYTES:
             return self._build(name, updates)
         # Scanning and checking a big document is pure Python at ~25 us per item: 1.6 MB of
         # typed text held the event loop (every editor's fan-out) for over 5 s. In a worker
         # thread the loop still gets the GIL every switch interval (5 ms); the doc and guard
-        # are new, so nothing else touches them meanwhile.
+        # are new, so nothing else touches them meanwhile. The loads pool is theirs alone:
+        # no import or render queued elsewhere delays an editor's open.
         with full_collections_held():  # its objects would make each full pass long
-            return await asyncio.to_thread(self._build, name, updates)
+            return await pools.current().loads.run(self._build, name, updates, first=first)
 
     def _build(self, name: str, updates: list[bytes]) -> StoredDocument:
         stored = StoredDocument(Doc(), self._settings.new_guard())
@@ -205,9 +215,9 @@ class RoomManager:
         stored.log.snapshot_bytes = head
         return stored
 
-    async def _load(self, name: str) -> Room:
+    async def _load(self, name: str, *, first: bool = True) -> Room:
         started = time.perf_counter()
-        stored = await self._read(name)
+        stored = await self._read(name, first=first)
         log.info(
             "loaded document %r (%d log entries) in %.1f ms",
             name,

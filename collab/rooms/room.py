@@ -34,6 +34,7 @@ from tether.protocol.update_scan import MalformedUpdate, scan_update
 from tether.protocol.update_split import split_update
 
 from ..hooks import Hooks
+from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
 from ..runtime.limits import refuse
 from ..runtime.metrics import Metrics
@@ -239,16 +240,17 @@ class Room:
         pieces: list[bytes] | None = None
         layers: list[bytes] | None = None
         try:
-            read: ReadUpdate | MalformedUpdate = await read_update(update)
+            updates = pools.current().updates  # the socket's own: never behind imports
+            read: ReadUpdate | MalformedUpdate = await read_update(update, updates)
             cap = self.settings.max_message_bytes
             if len(read[0]) > cap:
-                pieces = await asyncio.to_thread(broadcast_pieces, read[0], cap)
+                pieces = await updates.run(broadcast_pieces, read[0], cap)
             if wants_slices(*read):
-                sliced = await asyncio.to_thread(slice_update, *read)
+                sliced = await updates.run(slice_update, *read)
                 await self._receive_sliced(peer, read[0], sliced, pieces)
                 return
             if len(read[1].starts) >= MIN_CLIENTS:  # many clients: ordered here, not there
-                layers = await asyncio.to_thread(in_dependency_order, read[0])
+                layers = await updates.run(in_dependency_order, read[0])
         except MalformedUpdate as exc:
             read = exc
         self.receive_update(peer, update, read, pieces, layers)

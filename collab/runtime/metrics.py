@@ -11,7 +11,7 @@ from __future__ import annotations
 import bisect
 import platform
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import metadata
 from typing import Protocol
 
@@ -53,6 +53,19 @@ _ACK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1
 class _Used(Protocol):
     @property
     def used(self) -> int: ...
+
+
+class _Pool(Protocol):
+    name: str
+    running: int
+    refused: int
+    completed: int
+
+    @property
+    def waiting(self) -> int: ...
+
+    @property
+    def reserved(self) -> int: ...
 
 
 class LoopCounter:
@@ -129,6 +142,40 @@ class _StoreMetrics(Collector):
                 " come while another is in flight; commits wait from 1",
                 value=window.company,
             )
+
+
+class _PoolMetrics(Collector):
+    """Each worker pool's jobs (collab.runtime.pools), read at scrape time."""
+
+    def __init__(self) -> None:
+        self.pools: Iterable[_Pool] = ()
+
+    def collect(self) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily(
+            "tether_pool_jobs",
+            "Jobs of each worker pool by state: running in its threads, or waiting for one",
+            labels=["pool", "state"],
+        )
+        refused = CounterMetricFamily(
+            "tether_pool_refusals",
+            "REST requests refused (503) because their pool's queue bound was reached",
+            labels=["pool"],
+        )
+        done = CounterMetricFamily(
+            "tether_pool_jobs_done", "Jobs each worker pool has finished", labels=["pool"]
+        )
+        requests = GaugeMetricFamily(
+            "tether_pool_requests",
+            "REST requests holding a place in each pool (past its threads and queue: 503)",
+            labels=["pool"],
+        )
+        for pool in self.pools:
+            jobs.add_metric([pool.name, "running"], pool.running)
+            jobs.add_metric([pool.name, "waiting"], pool.waiting)
+            refused.add_metric([pool.name], pool.refused)
+            done.add_metric([pool.name], pool.completed)
+            requests.add_metric([pool.name], pool.reserved)
+        yield from (jobs, refused, done, requests)
 
 
 class Metrics:
@@ -217,6 +264,15 @@ class Metrics:
         r.register(gc_pauses.GcPauseCollector())
         self._store_metrics = _StoreMetrics()
         r.register(self._store_metrics)
+        self._pool_metrics = _PoolMetrics()
+        r.register(self._pool_metrics)
+        self.renders = Counter(
+            "tether_renders_total",
+            "Documents rendered for REST, versions and webhooks: computed (miss), answered from"
+            " the cache of rendered states (hit), or joined to the same render under way (shared)",
+            ["outcome"],
+            registry=r,
+        )
 
     def watch_send_budget(self, budget: _Used) -> None:
         """``tether_send_bytes`` reads ``budget.used`` at scrape time."""
@@ -226,6 +282,10 @@ class Metrics:
         """``tether_store_commits_total`` (and SQLite's commit window) read ``store``'s counts
         at scrape time; None stops."""
         self._store_metrics.store = store
+
+    def watch_pools(self, pools: Iterable[_Pool]) -> None:
+        """``tether_pool_*`` read ``pools``' counts at scrape time."""
+        self._pool_metrics.pools = pools
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

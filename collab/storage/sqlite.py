@@ -166,6 +166,10 @@ class SQLiteStore(Store):
         self._read_lock = threading.Lock()
         self._lister: sqlite3.Connection | None = None
         self._list_lock = threading.Lock()
+        # A thread per read connection, not the loop's default executor: a flood of other
+        # work there (imports, renders) made a document's load wait behind it (issue 37).
+        self._read_thread = _one_thread("tether-read")
+        self._list_thread = _one_thread("tether-list")
         # Version bytes per token subject, read once and then kept by the calls that change
         # them: two sums over every version per version request made 15,000 requests take
         # 451 s. ``_versions_changed`` counts changes, so a read that raced one is not kept.
@@ -181,8 +185,12 @@ class SQLiteStore(Store):
         self._thread.start()
         try:
             await asyncio.wrap_future(self._ready)
-            self._reader = await asyncio.to_thread(_open_reader, self.path)
-            self._lister = await asyncio.to_thread(_open_reader, self.path)
+            self._reader = await asyncio.wrap_future(
+                self._read_thread.submit(_open_reader, self.path)
+            )
+            self._lister = await asyncio.wrap_future(
+                self._list_thread.submit(_open_reader, self.path)
+            )
         except BaseException as exc:
             self._queue.put(None)  # the writer (if it started) exits on its own
             if isinstance(exc, sqlite3.Error | OSError):
@@ -197,7 +205,9 @@ class SQLiteStore(Store):
         self._state = "closed"  # refuse new writes first, so the stop marker is the last item
         self._queue.put(None)
         await asyncio.wrap_future(self._stopped)
-        await asyncio.to_thread(self._close_reader)
+        await asyncio.wrap_future(self._read_thread.submit(self._close_reader))
+        self._read_thread.shutdown(wait=False)
+        self._list_thread.shutdown(wait=False)
 
     def _close_reader(self) -> None:
         with self._read_lock:  # waits for an in-flight read
@@ -309,7 +319,8 @@ class SQLiteStore(Store):
     async def _read(self, query: Callable[..., T], *args: Any, slow: bool = False) -> T:
         if self._state != "open":
             raise StorageError(f"cannot read: the store is {self._state}")
-        return await asyncio.to_thread(self._read_locked, query, args, slow)
+        thread = self._list_thread if slow else self._read_thread
+        return await asyncio.wrap_future(thread.submit(self._read_locked, query, args, slow))
 
     def _read_locked(self, query: Callable[..., T], args: tuple[Any, ...], slow: bool) -> T:
         lock = self._list_lock if slow else self._read_lock
@@ -622,6 +633,12 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _one_thread(name: str) -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(
+        1, thread_name_prefix=name, initializer=name_os_thread, initargs=(name,)
+    )
 
 
 async def _failed(exc: BaseException) -> NoReturn:

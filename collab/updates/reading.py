@@ -10,10 +10,10 @@ where the document lives. Knows nothing of rooms or sockets.
 
 from __future__ import annotations
 
-import asyncio
-
 from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import ScannedUpdate
+
+from ..runtime.pools import Pool
 
 # Smaller updates are read on the loop: a thread hop costs more than reading them there.
 OFF_LOOP_BYTES = 64 * 1024
@@ -25,9 +25,9 @@ def reads_off_loop(update: bytes) -> bool:
     return len(update) >= OFF_LOOP_BYTES
 
 
-async def read_update(update: bytes) -> ReadUpdate:
-    """``scan_merged(update)``, in a worker thread if the update is big; raises
-    ``MalformedUpdate`` as the scan does."""
+async def read_update(update: bytes, pool: Pool, *, first: bool = True) -> ReadUpdate:
+    """``scan_merged(update)``, in a thread of ``pool`` if the update is big (``first``: a
+    peer waits on it at the socket); raises ``MalformedUpdate`` as the scan does."""
     if not reads_off_loop(update):
         return scan_merged(update)
-    return await asyncio.to_thread(scan_merged, update)
+    return await pool.run(scan_merged, update, first=first)
