@@ -232,6 +232,8 @@ async def _attacked(
                 outcome = await asyncio.wait_for(strike(), args.timeout)
             except TimeoutError:
                 outcome = f"> {args.timeout:.0f} s timeout"
+            except Exception as exc:  # the strike's own client failed: the row still counts
+                outcome = f"strike failed: {type(exc).__name__}: {exc}".splitlines()[0]
             wall = time.perf_counter() - began
             await asyncio.sleep(args.tail)
             rss = memory.stop()
@@ -286,7 +288,13 @@ def line(row: dict[str, Any]) -> str:
         f"{row['server_lag_ms']:>9}{row.get('stalls_logged', '-'):>5}"
         f"{_mb(rss.get('before')):>8}{_growth(rss, 'peak'):>7}{_growth(rss, 'after'):>7}"
         f"  {figures}{row['outcome'][:_OUTCOME_CHARS]}{_errors(health, acks)}"
+        f"{_left_out(row)}"
     )
+
+
+def _left_out(row: dict[str, Any]) -> str:
+    left_out = row.get("settings_left_out")
+    return f" (settings this checkout lacks, left out: {', '.join(left_out)})" if left_out else ""
 
 
 def _mb(value: float | None) -> str:

@@ -166,9 +166,11 @@ async def markdown_runs(
         async def strike(it: FiguredStrike) -> str:
             puts = asyncio.ensure_future(_imports(server, body, imports, timeout, it))
             await asyncio.sleep(_PROBE_DELAY)
+            # A reader that fails (its socket dropped, say) is a figure, not the attack's end.
             await asyncio.gather(
                 it.time("unloaded_get_ms", _read_as_other(server, "quiet-read", timeout)),
                 it.time("open_sync_ms", _open_as_new(server, "quiet-open", timeout)),
+                return_exceptions=True,
             )
             return await puts
 
