@@ -117,9 +117,18 @@ class Settings:
     # The Y.XmlFragment a rich document keeps its tree in (Tiptap's and y-prosemirror's field);
     # REST, webhooks, versions and direct reads read it, else the plain Y.Text "content".
     rich_fragment: str = "default"
-    # A Markdown body (PUT text/markdown) is parsed and written as a tree in a worker thread at
-    # ~5 µs and ~300 bytes of memory per byte of Markdown: bounded well below --max-frame-bytes.
+    # A Markdown body (PUT text/markdown) is parsed and written as a tree in a worker thread, in
+    # time linear in its size (~30 µs a byte through the whole import) and memory up to ~1.7 KB
+    # a byte at its peak (collab.rooms.import_budget).
     max_markdown_bytes: int = 512 * 1024
+    # A Markdown import makes at most this many tree nodes (elements and runs of text; a
+    # 50,000-paragraph document with a mark in each takes ~200,000): past it, 422 and nothing
+    # applied. Its memory is charged to import_memory_budget before it starts, at its worst
+    # case; imports that do not fit wait import_budget_wait, then are refused (503 with
+    # Retry-After). One import alone always runs.
+    max_import_nodes: int = 300_000
+    import_memory_budget: int = 1024 * 1024 * 1024
+    import_budget_wait: float = 2.0
     # Worker threads per concern, and the REST requests each may have waiting beyond them
     # (collab.runtime.pools): past that a request is refused (503 with Retry-After), so a flood
     # of one kind never delays another's reads, loads or opens. Socket-path work is never
@@ -324,6 +333,10 @@ class Settings:
             raise ValueError("max_nesting_depth must be between 1 and 10000")
         if self.max_markdown_bytes < 1:
             raise ValueError("max_markdown_bytes must be >= 1")
+        if self.max_import_nodes < 1 or self.import_memory_budget < 1:
+            raise ValueError("max_import_nodes and import_memory_budget must be >= 1")
+        if self.import_budget_wait < 0:
+            raise ValueError("import_budget_wait must be >= 0")
         threads = (self.imports_threads, self.renders_threads, self.loads_threads)
         if not all(1 <= n <= 64 for n in (*threads, self.updates_threads)):
             raise ValueError("imports, renders, loads and updates threads must be 1 to 64")
@@ -394,6 +407,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 SIZES: dict[str, str] = {
     "max_frame_bytes": "B",
     "max_markdown_bytes": "B",
+    "import_memory_budget": "B",
     "render_cache_bytes": "B",
     "max_outgoing_message_bytes": "B",
     "initial_sync_piece_bytes": "B",

@@ -190,6 +190,22 @@ GROUPS: tuple[Group, ...] = (
                 "largest Markdown body a REST PUT imports into a rich document",
             ),
             (
+                "max_import_nodes",
+                "N",
+                "tree nodes (elements, runs of text) one Markdown import may make; more: 422",
+            ),
+            (
+                "import_memory_budget",
+                "SIZE",
+                "memory the Markdown imports in flight may take together, each charged its"
+                " worst case before it starts",
+            ),
+            (
+                "import_budget_wait",
+                "SECONDS",
+                "an import that does not fit the budget waits this long, then gets 503",
+            ),
+            (
                 "max_outgoing_message_bytes",
                 "SIZE",
                 "largest message the server sends: bigger documents and updates are split to"

@@ -4,18 +4,33 @@ CommonMark (markdown-it) with strikethrough: headings, paragraphs, bullet and or
 start kept), blockquotes, fenced and indented code (its language kept), rules, hard breaks, and the
 marks bold, italic, strike, code and link. StarterKit has no image node: an image becomes its
 alt text linked to its source. Raw HTML is kept as text. Pure; run in a worker thread.
+
+Bounded: markdown-it makes one token object (about 330 bytes) per byte of Markdown in the worst
+case (512 KiB of ``-`` lines: 190 MB), so its tokens are not kept. Each block token is turned
+into the tree as soon as markdown-it has finished with it (when the next one is pushed) and
+replaced by a shared placeholder; each paragraph's inline tokens live only while that
+paragraph is read. Reference definitions may follow the links that use them, so a text that
+could hold one is read for them first (block tokens only, none kept). A tree of more than
+``max_nodes`` nodes (elements and runs of text) is refused as soon as it grows past that.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
+from types import MappingProxyType
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_core.normalize import normalize
+from markdown_it.rules_core.state_core import StateCore
 from markdown_it.token import Token
 
 from .tree import Node, Run
 
-_PARSER = MarkdownIt("commonmark").enable("strikethrough")
+# A 50,000-paragraph document with a mark or two in each takes about 200,000.
+DEFAULT_MAX_NODES = 300_000
+
 _CONTAINERS = {
     "bullet_list_open": "bulletList",
     "ordered_list_open": "orderedList",
@@ -26,69 +41,189 @@ _CONTAINERS = {
 }
 _MARKS = {"strong_open": "bold", "em_open": "italic", "s_open": "strike"}
 _MARK_CLOSES = {"strong_close": "bold", "em_close": "italic", "s_close": "strike"}
+_NONE: MappingProxyType[str, Any] = MappingProxyType({})  # shared by every node without attrs
+_SPENT = Token("", "", 0, level=-1)  # what a converted token's slot holds from then on
 
 
-def parse_markdown(markdown: str) -> tuple[Node, ...]:
-    """The document's blocks; an empty text gives one empty paragraph (what an editor holds)."""
-    stack: list[tuple[str, dict[str, Any], list[Node | Run]]] = [("doc", {}, [])]
-    for token in _PARSER.parse(markdown):
+class MarkdownRefused(Exception):
+    """The Markdown is not imported; ``limit`` names the setting or limit it hit, ``str(exc)``
+    is safe to show the client."""
+
+    def __init__(self, limit: str, reason: str) -> None:
+        super().__init__(reason)
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class MarkdownLimits:
+    max_nodes: int = DEFAULT_MAX_NODES  # elements and runs of text in the tree (max_import_nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkdownSource:
+    """A Markdown text to import and the limits it is read under."""
+
+    text: str
+    limits: MarkdownLimits = MarkdownLimits()
+
+    def parse(self) -> tuple[Node, ...]:
+        return parse_markdown(self.text, self.limits)
+
+
+def parse_markdown(markdown: str, limits: MarkdownLimits = MarkdownLimits()) -> tuple[Node, ...]:
+    """The document's blocks; an empty text gives one empty paragraph (what an editor holds).
+    Raises ``MarkdownRefused`` past a limit."""
+    md = _parser()
+    state = StateCore(markdown, md, {})
+    normalize(state)  # line endings and NUL, as markdown-it's first core rule does
+    source = state.src
+    env: dict[str, Any] = {}
+    if "]:" in source:  # a reference definition is possible: read them all first
+        md.block.parse(source, md, env, _Discarded())
+        env = {"references": env.get("references", {})}
+    tree = _TreeBuilder(md, env, limits.max_nodes)
+    taken = _Taken(tree)
+    md.block.parse(source, md, env, taken)
+    taken.flush()
+    return tree.finish()
+
+
+@lru_cache(maxsize=1)
+def _parser() -> MarkdownIt:
+    return MarkdownIt("commonmark").enable("strikethrough")
+
+
+class _Discarded(list[Token]):
+    """A block token list that keeps none of its tokens (the slots stay, for list rules that
+    look back by index)."""
+
+    def append(self, token: Token) -> None:
+        super().append(_SPENT)
+
+
+class _Taken(list[Token]):
+    """A block token list that hands each token to the tree once the next one arrives:
+    markdown-it sets a token's fields (a list's start, a fence's text) right after pushing it."""
+
+    def __init__(self, tree: _TreeBuilder) -> None:
+        super().__init__()
+        self._tree = tree
+        self._held: Token | None = None
+
+    def append(self, token: Token) -> None:
+        held = self._held
+        if held is not None:
+            self[-1] = _SPENT
+            self._tree.take(held)
+        super().append(token)
+        self._held = token
+
+    def flush(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self[-1] = _SPENT
+            self._tree.take(held)
+
+
+class _TreeBuilder:
+    """The tree made from block tokens in order, each paragraph's inline tokens read at once."""
+
+    def __init__(self, md: MarkdownIt, env: dict[str, Any], max_nodes: int) -> None:
+        self._md = md
+        self._env = env
+        self._max_nodes = max_nodes
+        self._nodes = 0
+        self._stack: list[tuple[str, Any, list[Node | Run]]] = [("doc", _NONE, [])]
+
+    def count(self, more: int = 1) -> None:
+        self._nodes += more
+        if self._nodes > self._max_nodes:
+            raise MarkdownRefused(
+                "max_import_nodes",
+                f"Markdown makes more than {self._max_nodes} nodes (max_import_nodes);"
+                " import it in parts or as a Yjs update",
+            )
+
+    def take(self, token: Token) -> None:
         kind = token.type
+        stack = self._stack
         if kind in _CONTAINERS:
+            self.count()
             stack.append((_CONTAINERS[kind], _attrs(token), []))
         elif kind.endswith("_close") and len(stack) > 1:
             tag, attrs, children = stack.pop()
             stack[-1][2].append(Node(tag, attrs, tuple(children)))
         elif kind == "inline":
-            stack[-1][2].extend(_inline(token.children or []))
+            children: list[Token] = []
+            self._md.inline.parse(token.content, self._md, self._env, children)
+            stack[-1][2].extend(_inline(children, self))
         elif kind in ("fence", "code_block"):
             language = token.info.strip().split(" ")[0] if token.info else ""
             code = token.content[:-1] if token.content.endswith("\n") else token.content
             runs = (Run(code),) if code else ()
+            self.count(1 + len(runs))
             stack[-1][2].append(Node("codeBlock", {"language": language or None}, runs))
         elif kind == "hr":
-            stack[-1][2].append(Node("horizontalRule"))
+            self.count()
+            stack[-1][2].append(Node("horizontalRule", _NONE))
         elif kind == "html_block":
             text = token.content.rstrip("\n")
-            stack[-1][2].append(Node("paragraph", {}, (Run(text),) if text else ()))
-    blocks = tuple(child for child in stack[0][2] if isinstance(child, Node))
-    return blocks or (Node("paragraph"),)
+            runs = (Run(text, _NONE),) if text else ()
+            self.count(1 + len(runs))
+            stack[-1][2].append(Node("paragraph", _NONE, runs))
+
+    def finish(self) -> tuple[Node, ...]:
+        blocks = tuple(child for child in self._stack[0][2] if isinstance(child, Node))
+        return blocks or (Node("paragraph", _NONE),)
 
 
-def _attrs(token: Token) -> dict[str, Any]:
+def _attrs(token: Token) -> Any:
     if token.type == "heading_open":
         return {"level": int(token.tag[1])}
     if token.type == "ordered_list_open":
         start = token.attrGet("start")
         return {"start": int(start) if isinstance(start, int | str) and str(start).isdigit() else 1}
-    return {}
+    return _NONE
 
 
-def _inline(tokens: list[Token]) -> list[Node | Run]:
+def _inline(tokens: list[Token], tree: _TreeBuilder) -> list[Node | Run]:
+    """One paragraph's runs: text pieces gathered while the marks stay the same and joined
+    once (joining run by run is quadratic in a paragraph of many escapes or entities)."""
     out: list[Node | Run] = []
-    marks: dict[str, dict[str, Any]] = {}
+    marks: dict[str, Any] = {}
+    pieces: list[str] = []
+    current: Any = _NONE
 
-    def text(value: str, extra: dict[str, dict[str, Any]] | None = None) -> None:
+    def end_run() -> None:
+        if pieces:
+            out.append(Run("".join(pieces), current))
+            pieces.clear()
+
+    def text(value: str, extra: dict[str, Any] | None = None) -> None:
+        nonlocal current
         if not value:
             return
-        current = {**marks, **(extra or {})}
-        last = out[-1] if out else None
-        if isinstance(last, Run) and dict(last.marks) == current:
-            out[-1] = Run(last.text + value, current)  # one run while the marks stay the same
-        else:
-            out.append(Run(value, current))
+        wanted = {**marks, **extra} if extra else marks
+        if not pieces or wanted != current:
+            end_run()
+            tree.count()
+            current = MappingProxyType(dict(wanted)) if wanted else _NONE
+        pieces.append(value)
 
     for token in tokens:
         kind = token.type
-        if kind in ("text", "html_inline"):
+        if kind in ("text", "text_special", "html_inline"):
             text(token.content)
         elif kind == "softbreak":
             text(" ")
         elif kind == "hardbreak":
-            out.append(Node("hardBreak"))
+            end_run()
+            tree.count()
+            out.append(Node("hardBreak", _NONE))
         elif kind == "code_inline":
-            text(token.content, {"code": {}})
+            text(token.content, {"code": _NONE})
         elif kind in _MARKS:
-            marks[_MARKS[kind]] = {}
+            marks[_MARKS[kind]] = _NONE
         elif kind in _MARK_CLOSES:
             marks.pop(_MARK_CLOSES[kind], None)
         elif kind == "link_open":
@@ -98,4 +233,5 @@ def _inline(tokens: list[Token]) -> list[Node | Run]:
         elif kind == "image":
             alt = token.content or str(token.attrGet("alt") or "")
             text(alt or "image", {"link": {"href": str(token.attrGet("src") or "")}})
+    end_run()
     return out

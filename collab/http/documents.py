@@ -34,6 +34,7 @@ from ..rooms.document_edits import (
     set_text,
     set_tree,
 )
+from ..rooms.import_budget import ImportBusy
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.room import RoomClosed
 from ..runtime import pools
@@ -221,6 +222,11 @@ class DocumentsApi:
             return _error(409, str(exc))
         except PoolFull as exc:
             return _busy(exc)
+        except ImportBusy as exc:  # the imports in flight hold the memory budget
+            ctx.metrics.limit_refusals.labels("import_memory_budget").inc()
+            reply = _error(503, str(exc))
+            reply.headers["Retry-After"] = str(exc.retry_after)
+            return reply
         except (RoomClosed, StorageError):
             return _error(503, "the document is busy or could not be stored; try again")
         return JSONResponse({"name": name, "imported": True})

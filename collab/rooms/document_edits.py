@@ -10,6 +10,7 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from pycrdt import Doc, Text, XmlFragment
@@ -17,7 +18,7 @@ from pycrdt import Doc, Text, XmlFragment
 from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import MalformedUpdate
 
-from ..content.markdown_in import parse_markdown
+from ..content.markdown_in import MarkdownLimits, MarkdownRefused, MarkdownSource
 from ..content.reading import Content, read_content
 from ..content.tree import Node, Run
 from ..content.tree_write import replace_fragment
@@ -27,6 +28,7 @@ from ..updates.guard import UpdateRefused, check_applied_origin_order, check_ori
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from ..updates.slicing import load_slices, slice_update, wants_slices
 from .direct import TEXT_NAME
+from .import_budget import Charge, ImportLimits, budget_of, estimate
 from .room import InvalidUpdate, Room, apply_update, broadcast_pieces
 
 
@@ -127,21 +129,41 @@ def set_text(room: Room, target: str, origin: object) -> asyncio.Future[int]:
     return room.edit(change, origin)
 
 
-async def set_tree(room: Room, blocks: tuple[Node | Run, ...] | str, origin: object) -> int:
+async def set_tree(
+    room: Room, blocks: tuple[Node | Run, ...] | str | MarkdownSource, origin: object
+) -> int:
     """Make the room's rich tree hold ``blocks`` (or the blocks of a Markdown text) with one
     new change, built in a worker thread on a copy of the document and then imported as any
     update is (checked, sliced if big); returns once it is durable. A change made meanwhile by
-    an editor stays: only what the copy held is replaced. Raises ``ImportRefused``."""
+    an editor stays: only what the copy held is replaced. Raises ``ImportRefused`` (a limit of
+    the Markdown or of the update) or ``ImportBusy`` (a Markdown import that the memory budget
+    has no room for; collab.rooms.import_budget)."""
     name = room.settings.rich_fragment
-    with full_collections_held():
+    charge: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+    if isinstance(blocks, str):
+        blocks, charge = await _charged(room.settings.imports, blocks)
+    with full_collections_held(), charge:
         imports = pools.current().imports
         update = await imports.run(_tree_update, room.doc.get_update(), blocks, name, first=False)
         return await import_update(room, update, origin)
 
 
-def _tree_update(state: bytes, blocks: tuple[Node | Run, ...] | str, fragment_name: str) -> bytes:
-    if isinstance(blocks, str):
-        blocks = parse_markdown(blocks)
+async def _charged(limits: ImportLimits, markdown: str) -> tuple[MarkdownSource, Charge]:
+    """The Markdown with the limits it is read under, and its worst case charged to the
+    process's import memory budget (waits, or raises ``ImportBusy``)."""
+    source = MarkdownSource(markdown, MarkdownLimits(max_nodes=limits.max_nodes))
+    worst = estimate(len(markdown.encode("utf-8")), limits.max_nodes)
+    return source, await budget_of(limits).charge(worst)
+
+
+def _tree_update(
+    state: bytes, blocks: tuple[Node | Run, ...] | MarkdownSource, fragment_name: str
+) -> bytes:
+    if isinstance(blocks, MarkdownSource):
+        try:
+            blocks = blocks.parse()  # first: its tokens are gone before the copy is made
+        except MarkdownRefused as exc:
+            raise ImportRefused(exc.limit, str(exc)) from exc
     doc = Doc()  # a fresh client id: the change is this one's own
     layers = load_slices(state) if reads_off_loop(state) else None
     apply_update(doc, state, origin=None, layers=layers)  # slices: the GIL is let go between
@@ -154,6 +176,7 @@ def _tree_update(state: bytes, blocks: tuple[Node | Run, ...] | str, fragment_na
         ) from exc
     with doc.transaction():
         replace_fragment(fragment, blocks)
+    del blocks  # the tree, before the update is encoded beside the copy
     return doc.get_update(before)
 
 

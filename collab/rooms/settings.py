@@ -20,6 +20,7 @@ from ..updates.guard import (
     DEFAULT_MAX_ROOT_TYPES,
     UpdateGuard,
 )
+from .import_budget import ImportLimits
 from .presence import PresenceLimits
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class RoomSettings:
     presence: PresenceLimits = field(default_factory=PresenceLimits)
     # The Y.XmlFragment a rich document keeps its tree in (collab.content).
     rich_fragment: str = RICH_NAME
+    # A Markdown import's node cap and the memory budget of imports (collab.rooms.import_budget).
+    imports: ImportLimits = field(default_factory=ImportLimits)
 
     def new_guard(self) -> UpdateGuard:
         """An empty document's update guard, with these limits."""
@@ -64,6 +67,11 @@ class RoomSettings:
             max_clients=settings.max_clients_per_document,
             max_message_bytes=settings.max_outgoing_message_bytes,
             rich_fragment=settings.rich_fragment,
+            imports=ImportLimits(
+                settings.max_import_nodes,
+                settings.import_memory_budget,
+                settings.import_budget_wait,
+            ),
             presence=PresenceLimits(
                 ids_per_peer=settings.awareness_ids_per_peer,
                 entry_bytes=settings.awareness_entry_bytes,
