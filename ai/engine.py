@@ -89,7 +89,8 @@ class AiEngine:
 
     async def on_load(self, room: Room) -> None:
         state = self.flights.room_state(room)
-        state.seen_text = state.document.read(room.doc).text
+        if not state.document.is_rich(room.doc):  # a rich one is read only around cursors
+            state.seen_text = state.document.around(room.doc, None).text
 
     async def on_stateless(self, room: Room, peer: Peer, payload: str) -> None:
         try:
@@ -125,9 +126,10 @@ class AiEngine:
         if state is None:
             return
         state.regions.mark_dirty()
-        state.document.mark_dirty()
-        self.flights.check_soon(room, state)
         peer_id = getattr(origin, "peer_id", None)
+        # O(update): what the update touched is read again when next asked for, nothing now.
+        state.document.changed(room.doc, update, getattr(room, "guard", None), peer_id)
+        self.flights.check_soon(room, state)
         if peer_id is not None and self.settings.prefetch_seconds > 0 and origin.writable:  # type: ignore[attr-defined]
             self.prefetcher.typed(room, state, origin)  # type: ignore[arg-type]
 
@@ -138,6 +140,7 @@ class AiEngine:
         state = self.flights.rooms.get(room.name)
         if state is not None:
             state.memos.pop(peer.peer_id, None)
+            state.document.forget_peer(peer.peer_id)
             self.prefetcher.forget(state, peer)
 
     async def on_unload(self, room: Room) -> None:

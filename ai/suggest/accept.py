@@ -58,9 +58,10 @@ class Acceptor:
         # A rebuild, or a big update applied in slices, holds the room for a moment: the text
         # is read once whole.
         await room.reloaded()
-        reading = self.flights.room_state(room).document.read(room.doc)
+        document = self.flights.room_state(room).document
+        reading, anchor = document.find(room.doc, suggestion.anchor)
         current = reading.text
-        where = suggestion.anchor.resolve(current)
+        where = anchor.resolve(current)
         if where is None:
             raise BadRequest("the text around the suggestion changed; ask again")
         if suggestion.passage is not None and not current.startswith(suggestion.passage, where):
@@ -69,7 +70,7 @@ class Acceptor:
         if suggestion.passage is None:
             # The editor may have typed the suggestion's first characters already (type-ahead):
             # insert only the rest, after them.
-            typed = suggestion.anchor.typed(current)
+            typed = anchor.typed(current)
             if typed and insert.startswith(typed):
                 where, insert = where + len(typed), insert[len(typed) :]
             if not insert:
@@ -89,7 +90,11 @@ class Acceptor:
                 _apply_rich, root=root, slot=slot, offset=offset, insert=insert, passage=passage
             )
         self.flights.by_peer.get(peer.peer_id, {}).pop(request_id, None)
-        written = room.edit(change, origin=AI_ORIGIN)
+        try:
+            written = room.edit(change, origin=AI_ORIGIN)
+        except BadRequest:
+            document.mark_dirty()  # the slot's text was not the tree's: read it afresh next time
+            raise
         await written
         self.flights.metrics.accepts.inc()
         peer.send_stateless(SuggestionAccepted(request_id).encode())

@@ -28,7 +28,8 @@ from ..cache.suggestions import CacheQuery, SuggestionCache, embedding_text
 from ..errors import AiError, BadRequest, ModelUnavailable
 from ..metrics import AiMetrics
 from ..model.providers.base import Cancellation, GenerationRequest, Provider
-from ..text.anchors import SHORT_SPAN
+from ..text.anchors import SHORT_SPAN, SPAN
+from ..text.context import context_chars
 from ..text.regions import RegionIndex
 from .document_text import DocumentText
 from .generation import run_generation, screening, shaping
@@ -102,8 +103,12 @@ class Flights:
     def room_state(self, room: Room) -> RoomState:
         state = self.rooms.get(room.name)
         if state is None:
+            document = DocumentText(
+                room.settings.rich_fragment,
+                before=context_chars(self.settings.context_budget_tokens),
+            )
             state = self.rooms[room.name] = RoomState(
-                RegionIndex(self._count_tokens), DocumentText(room.settings.rich_fragment), room
+                RegionIndex(self._count_tokens), document, room
             )
         return state
 
@@ -369,13 +374,16 @@ class Flights:
         state.check_scheduled = False
         if not state.flights:
             return
-        text = state.document.read(room.doc).text
         for flight in list(state.flights):
             if flight.finished or flight.prompt.kind != "complete":
                 continue
-            if flight.anchor.intact(text, span=SHORT_SPAN):
+            # Only the text near the anchor: a window of the blocks around it, read again only
+            # where an edit touched them.
+            reading, anchor = state.document.find(room.doc, flight.anchor, before=SPAN)
+            text = reading.text
+            if anchor.intact(text, span=SHORT_SPAN):
                 continue
-            typed = flight.anchor.typed(text, span=SHORT_SPAN)
+            typed = anchor.typed(text, span=SHORT_SPAN)
             # What the model wrote, held back or not: typing the start of a word still being
             # judged is typing ahead too.
             written = flight.screen.text if flight.screen is not None else flight.text

@@ -106,5 +106,7 @@ def _prompt(engine: AiEngine, request: Suggest, text: str):
         )
     if request.pos is None:
         raise BadRequest("the HTTP path takes 'pos', not 'anchor'")
-    regions = RegionIndex(engine.builder.count_tokens)  # rebuilt from scratch, every request
+    # A fresh index every request costs only the paragraphs near the cursor: the builder cuts
+    # the text to what a prompt could hold before splitting or counting anything.
+    regions = RegionIndex(engine.builder.count_tokens)
     return engine.builder.complete(regions, text, utf16_to_index(text, request.pos))

@@ -16,8 +16,9 @@ from ..cache.suggestions import exact_key
 from ..errors import Busy
 from ..text.anchors import TextAnchor
 from ..text.context import ContextBuilder, ContextMemo
+from .document_text import Reading
 from .flights import session_of
-from .prefetch import Pause, cursor_after_typing
+from .prefetch import Pause, cursor_after_typing, edited_end
 from .records import Flight, RoomState
 from .refresher import Refresher
 from .scheduler import PREFETCH
@@ -58,16 +59,20 @@ class Prefetcher:
         if prefetch is not None and not prefetch.subscribers:
             self.flights.end(prefetch, "cancelled")
 
-    def _embed_ahead(self, room: Room, state: RoomState, peer: Peer, text: str) -> None:
+    def _embed_ahead(self, room: Room, state: RoomState, peer: Peer) -> None:
         """The edit was away from where the editor last asked (a typo fixed further up):
         it may go back and ask there again, so embed that context ahead if the semantic
         layer could answer it. No model time: only what a semantic hit needs."""
         flights = self.flights
         last = state.cursors.get(peer.peer_id)
-        where = last[0].resolve(text) if last is not None else None
-        if last is None or where is None or flights.embedder is None:
+        if last is None or flights.embedder is None:
             return
-        cursor = where + len(last[0].typed(text) or "")
+        reading, anchor = state.document.find(room.doc, last[0])
+        text = reading.text
+        where = anchor.resolve(text)
+        if where is None:
+            return
+        cursor = where + len(anchor.typed(text) or "")
         prompt = self.builder.complete(state.regions, text, cursor, None)
         max_tokens = state.lengths.get(peer.peer_id, flights.settings.default_max_tokens)
         query = flights.query(room, "complete", max_tokens, prompt)
@@ -99,18 +104,16 @@ class Prefetcher:
             # suggestions off never do, and computing theirs would only take the model from
             # (and evict the warm state of) those who do.
             return
-        text = state.document.read(room.doc).text
-        before, state.seen_text = state.seen_text, text
-        found = cursor_after_typing(
-            state.cursors.get(peer.peer_id), state.pauses.get(peer.peer_id), before, text
-        )
+        found = self._cursor(room, state, peer)
         if found is None:
             return
-        cursor, certain = found
+        reading, cursor, certain = found
+        text = reading.text
         if not certain:
-            self._embed_ahead(room, state, peer, text)
+            self._embed_ahead(room, state, peer)
         now = asyncio.get_running_loop().time()
-        state.cursors[peer.peer_id] = (TextAnchor.at(text, cursor), now)
+        spot = state.document.spot(reading, TextAnchor.at(text, cursor))
+        state.cursors[peer.peer_id] = (spot, now)
         memo = state.memos.setdefault(peer.peer_id, ContextMemo())
         if not certain:
             # A guess must not overwrite the context the editor's next request will reuse.
@@ -148,7 +151,7 @@ class Prefetcher:
             query,
             key,
             prompt,
-            TextAnchor.at(text, cursor),
+            spot,
             max_tokens,
             session_of(room, peer, memo.epoch),
             embed_text,
@@ -161,3 +164,45 @@ class Prefetcher:
             return
         state.prefetches[peer.peer_id] = flight
         flights.prefetch_counts["started"] += 1
+
+    def _cursor(self, room: Room, state: RoomState, peer: Peer) -> tuple[Reading, int, bool] | None:
+        """Where the editor's cursor is after its burst of typing, the text around it, and
+        whether that is certain (``prefetch.cursor_after_typing``); None when it typed
+        nothing since its cursor was last known."""
+        document, pause = state.document, state.pauses.get(peer.peer_id)
+        last = state.cursors.get(peer.peer_id)
+        if not document.is_rich(room.doc):
+            reading = document.around(room.doc, None)
+            before, state.seen_text = state.seen_text, reading.text
+            found = cursor_after_typing(last, pause, before, reading.text)
+            return None if found is None else (reading, *found)
+        if last is not None:
+            spot, known_at = last
+            if pause is not None and pause.last <= known_at:
+                return None  # it asked (or was prefetched for) after its last edit
+            reading, anchor = document.find(room.doc, spot)
+            found = cursor_after_typing((anchor, known_at), None, None, reading.text)
+            if found is not None:
+                return reading, *found
+        return self._edited_block(room, state, peer)
+
+    def _edited_block(
+        self, room: Room, state: RoomState, peer: Peer
+    ) -> tuple[Reading, int, bool] | None:
+        """A guess, on a rich document: where the editor's last edit ended in the block it
+        touched last (its text now against the text it had when last read)."""
+        document = state.document
+        ident = document.touched_by(peer.peer_id)
+        top = document.index_of(room.doc, ident) if ident is not None else None
+        if ident is None or top is None:
+            return None
+        reading = document.at(room.doc, top, ident)
+        old = document.previous_block_text(ident)
+        view = reading.view
+        start = view.block_start(top) if view is not None else None
+        now = view.block_text(top) if view is not None else None
+        if old is None or start is None or now is None:
+            return None
+        text = reading.text
+        cursor = edited_end(text[:start] + old + text[start + len(now) :], text)
+        return None if cursor is None else (reading, cursor, False)

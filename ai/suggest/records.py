@@ -39,7 +39,8 @@ class Flight:
     query: CacheQuery
     key: bytes
     prompt: BuiltPrompt
-    # Where the generation belongs; typing there that is not its own start makes it stale.
+    # Where the generation belongs (``DocumentText.spot``); typing there that is not its own
+    # start makes it stale.
     anchor: TextAnchor
     max_tokens: int
     session: str  # the provider's warm-state key: see ``ai.suggest.flights.session_of``
@@ -67,7 +68,8 @@ class Suggestion:
     room: Room
     prompt: BuiltPrompt
     # Where the text goes, found again after concurrent edits by the text around it: the
-    # cursor (complete), or the selection's start plus the selected passage (rewrite).
+    # cursor (complete), or the selection's start plus the selected passage (rewrite); on a
+    # rich document it names its block (``DocumentText.spot``, ``DocumentText.find``).
     anchor: TextAnchor
     passage: str | None
     requested_at: float
@@ -97,7 +99,9 @@ class RoomState:
     # Per editor: where its cursor was last known (its last completion or prefetch), and when
     # (loop time).
     cursors: dict[int, tuple[TextAnchor, float]] = field(default_factory=dict)
-    seen_text: str | None = None  # the text when prefetch last looked: its diff base
+    # A plain document's text when prefetch last looked: its diff base (a rich one's is the
+    # block the editor touched last, before and after: ``DocumentText.touched_by``).
+    seen_text: str | None = None
     # Per editor: the model's evaluation of its renewed context, while it runs
     # (ai.suggest.refresher).
     warming: dict[int, asyncio.Future[Any]] = field(default_factory=dict)

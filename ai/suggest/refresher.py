@@ -89,8 +89,8 @@ class Refresher:
             return False
         if not flights.scheduler.idle or not flights.budget.allows(loop.time()):
             return False
-        text = state.document.read(room.doc).text
-        anchor = known[0]
+        reading, anchor = state.document.find(room.doc, known[0])
+        text = reading.text
         where = anchor.resolve(text)
         if where is None:
             return False
@@ -132,9 +132,6 @@ class Refresher:
             del state.warming[peer_id]
         if job.cancelled() or job.exception() is not None:
             return  # preempted or failed: the old context stays; the next refresh goes on
-        if state.memos.get(peer_id) is live and (live.here, live.count) == (
-            fresh.here,
-            fresh.count,
-        ):
+        if state.memos.get(peer_id) is live and live.same_place(fresh):
             state.memos[peer_id] = fresh
             self.flights.prefetch_counts["refreshed"] += 1

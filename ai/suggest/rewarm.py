@@ -70,8 +70,8 @@ class Rewarmer:
         if room is None:
             return False
         flights = self.flights
-        text = state.document.read(room.doc).text
-        anchor = state.cursors[peer_id][0]
+        reading, anchor = state.document.find(room.doc, state.cursors[peer_id][0])
+        text = reading.text
         where = anchor.resolve(text)
         memo = state.memos.get(peer_id)
         if where is None or memo is None:

@@ -48,20 +48,19 @@ class RequestServer:
     def start(self, room: Room, peer: Peer, request: Suggest) -> None:
         flights = self.flights
         state = flights.room_state(room)
-        reading = state.document.read(room.doc)
-        text = reading.text
-        state.seen_text = text  # prefetch's next diff starts from what this request saw
         passage: str | None = None
         epoch = 0
+        # The cursor is found first (bounded: ``relative.locate``), then only the text around
+        # it is read: a request that cannot be served costs no reading at all.
         if request.kind == "rewrite":
-            begin, finish = _selection(room, state, reading, request)
-            text = state.document.read(room.doc).text  # the same unless it was read afresh
+            reading, begin, finish = _selection(room, state, request)
+            text = reading.text
             prompt = self.builder.rewrite(text, begin, finish)
             anchor = TextAnchor.at(text, begin)
             passage = text[begin:finish]
         else:
-            cursor = _cursor(room, state, reading, request)
-            text = state.document.read(room.doc).text
+            reading, cursor = _cursor(room, state, request)
+            text = reading.text
             memo = state.memos.setdefault(peer.peer_id, ContextMemo())
             # With prefetch on, the context is refreshed when the editor pauses, where the
             # model's re-evaluation costs no one a wait; a request only uses it.
@@ -69,6 +68,9 @@ class RequestServer:
             prompt = self.builder.complete(state.regions, text, cursor, memo, refresh=refresh)
             epoch = memo.epoch
             anchor = TextAnchor.at(text, cursor)
+        if not reading.rich:
+            state.seen_text = text  # prefetch's next diff starts from what this request saw
+        anchor = state.document.spot(reading, anchor)
         max_tokens = request.max_tokens or flights.settings.default_max_tokens
         if request.kind == "complete":
             state.lengths[peer.peer_id] = max_tokens
@@ -265,24 +267,32 @@ _RICH_NEEDS_ANCHORS = (
 )
 
 
-def _cursor(room: Room, state: RoomState, reading: Reading, request: Suggest) -> int:
-    """The cursor's index in the document's text (the rich view's, for a rich document)."""
+def _cursor(room: Room, state: RoomState, request: Suggest) -> tuple[Reading, int]:
+    """The text around the cursor (a window of the rich view, for a rich document) and the
+    cursor's index in it."""
+    document = state.document
     if request.anchor is None:
         assert request.pos is not None
         if request.path is not None:
-            slot = _slot_at_path(room, state, reading, request.path)
-            return slot.start + utf16_to_index(slot.text, request.pos)
-        if reading.rich:
+            reading = _around_path(room, state, request.path)
+            slot = _slot_at_path(reading, request.path)
+            return reading, slot.start + utf16_to_index(slot.text, request.pos)
+        if document.is_rich(room.doc):
             raise BadRequest(_RICH_NEEDS_ANCHORS)
-        return utf16_to_index(reading.text, request.pos)
-    return _view_index(room, state, reading, _place(room, request.anchor))
+        reading = document.around(room.doc, None)
+        return reading, utf16_to_index(reading.text, request.pos)
+    return _view_index(room, state, _place(room, request.anchor))
 
 
-def _slot_at_path(room: Room, state: RoomState, reading: Reading, path: tuple[int, ...]) -> Slot:
-    """The text at ``path`` (child indexes from the fragment) of a rich document."""
-    if reading.view is None:
+def _around_path(room: Room, state: RoomState, path: tuple[int, ...]) -> Reading:
+    if not path or not state.document.is_rich(room.doc):
         raise BadRequest("'path' is for rich-text documents; this one is plain text")
-    slot = reading.view.slot_of(path)
+    return state.document.at(room.doc, path[0])
+
+
+def _slot_at_path(reading: Reading, path: tuple[int, ...]) -> Slot:
+    """The text at ``path`` (child indexes from the fragment) of a rich document."""
+    slot = reading.view.slot_of(path) if reading.view is not None else None
     if slot is None:
         raise BadRequest(
             f"no text at path {list(path)} (a path ends at a Y.XmlText or an empty paragraph)"
@@ -290,20 +300,22 @@ def _slot_at_path(room: Room, state: RoomState, reading: Reading, path: tuple[in
     return slot
 
 
-def _selection(room: Room, state: RoomState, reading: Reading, request: Suggest) -> tuple[int, int]:
-    """A rewrite's selection as (begin, end) indexes in the document's text; on a rich
+def _selection(room: Room, state: RoomState, request: Suggest) -> tuple[Reading, int, int]:
+    """A rewrite's selection as (begin, end) indexes in the text around it; on a rich
     document it must lie within one text (a paragraph, a heading, a list item's line)."""
+    document = state.document
     if request.anchor is None:
         assert request.start is not None and request.end is not None
         if request.path is not None:
-            slot = _slot_at_path(room, state, reading, request.path)
+            reading = _around_path(room, state, request.path)
+            slot = _slot_at_path(reading, request.path)
             begin = utf16_to_index(slot.text, request.start)
-            return slot.start + begin, slot.start + utf16_to_index(slot.text, request.end)
-        if reading.rich:
+            return reading, slot.start + begin, slot.start + utf16_to_index(slot.text, request.end)
+        if document.is_rich(room.doc):
             raise BadRequest(_RICH_NEEDS_ANCHORS.replace("'anchor'", "'anchor' and 'anchor_end'"))
-        return utf16_to_index(reading.text, request.start), utf16_to_index(
-            reading.text, request.end
-        )
+        reading = document.around(room.doc, None)
+        text = reading.text
+        return reading, utf16_to_index(text, request.start), utf16_to_index(text, request.end)
     assert request.anchor_end is not None
     start, end = _place(room, request.anchor), _place(room, request.anchor_end)
     if (start.root, start.path) != (end.root, end.path):
@@ -313,8 +325,8 @@ def _selection(room: Room, state: RoomState, reading: Reading, request: Suggest)
         )
     if end.offset < start.offset:
         start, end = end, start
-    begin = _view_index(room, state, reading, start)
-    return begin, begin + end.offset - start.offset
+    reading, begin = _view_index(room, state, start)
+    return reading, begin, begin + end.offset - start.offset
 
 
 def _place(room: Room, encoded: str) -> Place:
@@ -326,19 +338,27 @@ def _place(room: Room, encoded: str) -> Place:
     return locate(room.doc, position, room.guard, room.settings.rich_fragment, TEXT_NAME)
 
 
-def _view_index(room: Room, state: RoomState, reading: Reading, place: Place) -> int:
-    if not reading.rich:
+def _view_index(room: Room, state: RoomState, place: Place) -> tuple[Reading, int]:
+    document = state.document
+    if not document.is_rich(room.doc):
         if place.root != TEXT_NAME:
             raise BadRequest("the anchor is not in this document's text ('content')")
-        return place.offset
+        return document.around(room.doc, None), place.offset
     if place.root == TEXT_NAME:
         raise BadRequest("the anchor is in 'content', but this document is rich text")
+    reading = document.at(room.doc, place.path[0], place.block)
     slot = reading.view.slot_of(place.path) if reading.view is not None else None
-    if slot is None or place.offset > len(slot.text):
-        # A block rendered from another with the same serialisation (``ai.text.rich_view``):
-        # read every block afresh once.
-        fresh = state.document.read(room.doc, fresh=True)
-        slot = fresh.view.slot_of(place.path) if fresh.view is not None else None
-        if slot is None or place.offset > len(slot.text):
+    if not _fits(slot, place):
+        # Renderings that disagree with the tree (an update not followed): read afresh once.
+        document.mark_dirty()
+        reading = document.at(room.doc, place.path[0], place.block)
+        slot = reading.view.slot_of(place.path) if reading.view is not None else None
+        if not _fits(slot, place):
             raise BadRequest("the anchor's text changed; ask again")
-    return slot.start + place.offset
+    assert slot is not None
+    return reading, slot.start + place.offset
+
+
+def _fits(slot: Slot | None, place: Place) -> bool:
+    """Whether the view's slot is the place's text as the tree holds it."""
+    return slot is not None and place.offset <= len(slot.text) and slot.text == (place.text or "")

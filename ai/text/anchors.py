@@ -4,6 +4,11 @@ pycrdt 0.14's sticky indexes mix UTF-8 and UTF-16 offsets on non-ASCII text and 
 inputs (y-crdt/pycrdt#382), so the engine anchors by content: the text just before and after
 the cursor at request time. Resolving finds that text again nearest to where it was. Pure
 functions over strings; Python code-point indexes throughout.
+
+On a rich document the AI reads a window of blocks around a place, so an anchor kept for later
+names its top-level block too (``Where``) and counts its index from that block's start; whoever
+reads around it again (``ai.suggest.document_text.DocumentText.find``) rebases the index into
+the new window before resolving.
 """
 
 from __future__ import annotations
@@ -16,10 +21,21 @@ TYPED_LIMIT = 400  # characters typed at an anchor that still count as typed the
 
 
 @dataclass(frozen=True, slots=True)
-class TextAnchor:
+class Where:
+    """A top-level block of a rich document: its index at ``epoch`` (the reader's count of
+    blocks inserted and deleted), and its item when known, which finds it exactly."""
+
     index: int
+    epoch: int
+    ident: tuple[int, int] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TextAnchor:
+    index: int  # in the text resolved against; from the start of ``block``, when it is set
     before: str
     after: str
+    block: Where | None = None
 
     @classmethod
     def at(cls, text: str, index: int, span: int = SPAN) -> TextAnchor:

@@ -5,7 +5,12 @@ provider then evaluates only the new tokens): the fixed prefix (system text, ins
 tokenized once at start), then whole paragraphs before the cursor's (the opening one, and the
 nearest within a token budget) with recently edited ones last, and finally the cursor's own
 paragraph up to the cursor, which the model continues.
-Knows nothing of sockets or providers.
+
+Before anything is split, hashed, counted or copied, the builder cuts what it was given to
+what a prompt could hold (``context_chars`` before the cursor, at paragraph boundaries, and
+the document's opening): a prompt on a 3 MB document or in a 2 MB paragraph costs the same as
+one on a page, and the whole prompt stays within the token budget (the cursor's paragraph
+leaves a quarter of it to the opening). Knows nothing of sockets or providers.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from dataclasses import dataclass
 
 from ..errors import BadRequest
 from .junk import BEFORE_CHARS
-from .regions import Region, RegionIndex
+from .regions import SEPARATOR, Region, RegionIndex
 
 PROMPT_VERSION = "3"  # 3: rewrites stop at a blank line their passage lacks
 HOT_SECONDS = 30.0
@@ -25,6 +30,14 @@ HOT_SECONDS = 30.0
 # the budget. Cut by characters before anything is tokenized or framed: a 1 MB paragraph cost
 # the model 7.8 s of tokenizing per suggest, and a bigger one broke the worker channel's frame.
 CHARS_PER_TOKEN = 4
+# More characters than this per token of budget are more tokens than the budget in any prose:
+# what lies further from the cursor cannot be in a prompt.
+MOST_CHARS_PER_TOKEN = 8
+
+
+def context_chars(budget_tokens: int) -> int:
+    """How far before the cursor a prompt of ``budget_tokens`` may reach, in characters."""
+    return MOST_CHARS_PER_TOKEN * budget_tokens
 
 
 def most_tokens(text: str) -> int:
@@ -47,7 +60,7 @@ def bounded_count(count: Callable[[str], int], budget_tokens: int) -> Callable[[
     upper estimate (``most_tokens``) on longer text: more than 8 characters a token of budget
     is more tokens than the budget in any prose, so the answer is "too long" either way, and a
     huge paragraph costs no tokenizing on the event loop."""
-    limit = max(4096, 8 * budget_tokens)
+    limit = max(4096, context_chars(budget_tokens))
 
     def counted(text: str) -> int:
         return count(text) if len(text) <= limit else most_tokens(text)
@@ -103,6 +116,14 @@ STOP_COMPLETE = ("<|im_end|>", "\n\n")
 STOP_REWRITE = ("<|im_end|>",)
 
 
+def _past_newlines(text: str, at: int, end: int) -> int:
+    """Where a paragraph separator's run of line breaks from ``at`` ends (before ``end``): a
+    paragraph's trailing blank lines are its own (``regions.split_paragraphs``)."""
+    while at < end and text[at] == "\n":
+        at += 1
+    return at
+
+
 def _chat(system: str, user: str) -> str:
     return (
         f"<|im_start|>system\n{system}<|im_end|>\n"
@@ -131,42 +152,36 @@ class ContextMemo:
 
     context: str = ""
     tokens: int = 0
-    here: int = -1
-    count: int = -1
+    # Where it was built: the key of the paragraph right before the cursor's (b"" when the
+    # cursor's is the first); None until built. Content, not an index: the builder reads a
+    # window of the document, whose indexes move with it.
+    place: bytes | None = None
     built_at: float = 0.0
     order: tuple[bytes, ...] = ()  # the context's paragraphs (region keys), in prompt order
     # Which of the editor's warm model states holds this context: a refresh built in the
     # background gets its own (epoch + 1), so the live one stays warm until it is ready.
     epoch: int = 0
 
-    def usable(self, here: int, count: int, now: float, ttl: float) -> bool:
-        return self.here == here and self.count == count and now - self.built_at <= ttl
+    def usable(self, place: bytes, now: float, ttl: float) -> bool:
+        return self.place == place and now - self.built_at <= ttl
+
+    def same_place(self, other: ContextMemo) -> bool:
+        return self.place == other.place
 
     def refreshes(self, older: ContextMemo) -> bool:
         """This memo is ``older`` rebuilt for its age alone: same cursor paragraph, new
         context, which a request would not have rebuilt yet."""
-        return (
-            older.built_at > 0
-            and self.built_at != older.built_at
-            and (self.here, self.count) == (older.here, older.count)
-        )
+        return older.built_at > 0 and self.built_at != older.built_at and self.same_place(older)
 
     def remember(
         self,
         context: str,
         tokens: int,
-        here: int,
-        count: int,
+        place: bytes,
         now: float,
         order: tuple[bytes, ...] = (),
     ) -> None:
-        self.context, self.tokens, self.here, self.count, self.built_at = (
-            context,
-            tokens,
-            here,
-            count,
-            now,
-        )
+        self.context, self.tokens, self.place, self.built_at = context, tokens, place, now
         self.order = order
 
 
@@ -183,6 +198,9 @@ class ContextBuilder:
         self.count_tokens = count_tokens
         self.budget_tokens = budget_tokens
         self.max_chars = CHARS_PER_TOKEN * budget_tokens
+        self.context_chars = context_chars(budget_tokens)
+        # The opening paragraph's share of a prompt whose cursor paragraph leaves no room.
+        self.opening_tokens = budget_tokens // 4
         self.memo_ttl = memo_ttl
         # How stale a request may find the context when no prefetch has refreshed it.
         self.memo_max_age = 3 * memo_ttl if memo_max_age is None else memo_max_age
@@ -212,33 +230,61 @@ class ContextBuilder:
         up to ``memo_max_age``. Rebuilding costs the model every token after the first changed
         paragraph, the cursor's own included. When the cursor moves on to a new paragraph
         right after its own, the finished one is appended to the reused context."""
-        parts = regions.refresh(text)
+        local, at = self._bounded(text, cursor)
+        parts = regions.refresh(local)
         window_text = text[max(0, cursor - 200) : cursor]
         before = text[max(0, cursor - BEFORE_CHARS) : cursor]
         if not parts:
             return BuiltPrompt(
                 COMPLETE_PREFIX, "complete", "", STOP_COMPLETE, self.prefix_tokens, before
             )
-        here = regions.region_at(max(cursor - 1, 0))
-        # The cursor's paragraph: always fresh, last; its end only, for a very long one.
-        window = text[tail_start(text, parts[here].start, cursor, self.budget_tokens) : cursor]
+        here = regions.region_at(max(at - 1, 0))
+        # The cursor's paragraph: always fresh, last; its end only, for a very long one, leaving
+        # the opening paragraph its share of the budget.
+        room = self.budget_tokens - (self.opening_tokens if here > 0 else 0)
+        window = local[tail_start(local, parts[here].start, at, room) : at]
+        place = parts[here - 1].key if here > 0 else b""
         now = time.monotonic()
         limit = self.memo_ttl if refresh else self.memo_max_age
-        if memo is not None and memo.usable(here, len(parts), now, limit):
+        if memo is not None and memo.usable(place, now, limit):
             context, used = memo.context, memo.tokens
         elif memo is not None and self._extend(memo, parts, here, now, limit):
             context, used = memo.context, memo.tokens
         else:
             previous = memo.order if memo is not None else ()
             fill = self.fill if memo is not None else 1.0
-            order, used = self._context(parts, here, now, previous, fill)
-            context = "".join(self._clip(parts[i].text) for i in order)
+            order, used, forced = self._context(parts, here, now, previous, fill)
+            context = "".join(self._clip(parts[i].text, forced and i == 0) for i in order)
             if memo is not None:
                 keys = tuple(parts[i].key for i in order)
-                memo.remember(context, used, here, len(parts), now, keys)
+                memo.remember(context, used, place, now, keys)
         tokens = self.prefix_tokens + used + parts[here].tokens
         prompt = COMPLETE_PREFIX + context + window
         return BuiltPrompt(prompt, "complete", window_text, STOP_COMPLETE, tokens, before)
+
+    def _bounded(self, text: str, cursor: int) -> tuple[str, int]:
+        """What of ``text`` a prompt at ``cursor`` may use, cut before anything else reads
+        it, and the cursor's index there: the paragraphs that start within ``context_chars``
+        before the cursor (the cursor's own from there, if it is longer) up to the cursor, after
+        the document's opening paragraph (or, if that is longer than ``context_chars``, its
+        first ``opening_tokens``' worth, as a paragraph of its own)."""
+        start = max(0, cursor - self.context_chars)
+        if start == 0:
+            return text[:cursor], cursor
+        cut = text.find(SEPARATOR, start - 1, cursor)
+        if cut >= 0:
+            begin = _past_newlines(text, cut + len(SEPARATOR), cursor)
+            if begin < cursor:  # else the cursor starts a paragraph: the one before is its
+                start = begin
+        first = text.find(SEPARATOR, 0, min(start, self.context_chars))
+        if first < 0:
+            opening = text[: head_end(text, self.opening_tokens)] + SEPARATOR
+        else:
+            end = _past_newlines(text, first + len(SEPARATOR), start)
+            if end >= start:
+                return text[:cursor], cursor
+            opening = text[:end]
+        return opening + text[start:cursor], len(opening) + cursor - start
 
     def _extend(
         self, memo: ContextMemo, parts: list[Region], here: int, now: float, limit: float
@@ -247,16 +293,16 @@ class ContextBuilder:
         (the editor pressed Enter and writes on): append that finished paragraph to the memo's
         context. The model has evaluated it already, as the last prompt's end, so only the new
         paragraph is new to it. False when that is not the case or it would not fit."""
-        if not memo.usable(here - 1, len(parts) - 1, now, limit):
+        if here < 1 or not memo.usable(parts[here - 2].key if here > 1 else b"", now, limit):
             return False
         finished = parts[here - 1]
-        if finished.key in memo.order:  # a paragraph inserted above shifted the indexes
+        if finished.key in memo.order:  # already in the context: not the paragraph it was at
             return False
         used = memo.tokens + finished.tokens
         if used + parts[here].tokens > self.budget_tokens:
             return False
         memo.context += self._clip(finished.text)
-        memo.tokens, memo.here, memo.count = used, here, len(parts)
+        memo.tokens, memo.place = used, finished.key
         memo.order += (finished.key,)
         return True
 
@@ -267,14 +313,15 @@ class ContextBuilder:
         now: float,
         previous: tuple[bytes, ...] = (),
         fill: float = 1.0,
-    ) -> tuple[list[int], int]:
-        """The context's paragraphs in prompt order. First the ``previous`` prompt's
+    ) -> tuple[list[int], int, bool]:
+        """The context's paragraphs in prompt order, their tokens, and whether the opening
+        one is in only because it always is. First the ``previous`` prompt's
         paragraphs that are unchanged, in their old order: up to the first change the model
         has them evaluated already, and the order stays put for next time. Then the changed
         and new ones: stable paragraphs, then those edited in the last HOT_SECONDS (each group
         in document order). Another editor typing above the cursor so invalidates only the
         tail of the prompt, not everything after the fixed prefix."""
-        chosen, used = self._context_regions(parts, here, fill)
+        chosen, used, forced = self._context_regions(parts, here, fill)
         left: dict[bytes, list[int]] = {}
         for i in chosen:
             left.setdefault(parts[i].key, []).append(i)  # a paragraph may appear twice
@@ -282,12 +329,13 @@ class ContextBuilder:
         rest = sorted(i for indexes in left.values() for i in indexes)
         order += [i for i in rest if now - parts[i].born > HOT_SECONDS]
         order += [i for i in rest if now - parts[i].born <= HOT_SECONDS]
-        return order, used
+        return order, used, forced
 
     def _context_regions(
         self, parts: list[Region], here: int, fill: float = 1.0
-    ) -> tuple[list[int], int]:
-        """Paragraphs before the cursor's, nearest first, within budget; plus the opening one."""
+    ) -> tuple[list[int], int, bool]:
+        """Paragraphs before the cursor's, nearest first, within budget; plus the opening one
+        (cut to ``opening_tokens`` when it did not fit: the third value says so)."""
         budget = int(fill * self.budget_tokens) - parts[here].tokens
         chosen: list[int] = []
         used = 0
@@ -296,15 +344,17 @@ class ContextBuilder:
                 break
             chosen.append(i)
             used += parts[i].tokens
-        if here > 0 and 0 not in chosen:
+        forced = here > 0 and 0 not in chosen
+        if forced:
             chosen.append(0)  # the title or opening paragraph says what the document is
-            used += parts[0].tokens
-        return sorted(chosen), used
+            used += min(parts[0].tokens, self.opening_tokens)
+        return sorted(chosen), used, forced
 
-    def _clip(self, paragraph: str) -> str:
+    def _clip(self, paragraph: str, opening: bool = False) -> str:
         """A context paragraph's opening, for one longer than a prompt may be (the opening
-        paragraph is always chosen, whatever its length)."""
-        return paragraph[: head_end(paragraph, self.budget_tokens)]
+        paragraph is always chosen, whatever its length: then to its share)."""
+        most = self.opening_tokens if opening else self.budget_tokens
+        return paragraph[: head_end(paragraph, most)]
 
     def rewrite(self, text: str, start: int, end: int) -> BuiltPrompt:
         if end - start > self.max_chars or most_tokens(text[start:end]) > self.budget_tokens:

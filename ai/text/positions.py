@@ -13,7 +13,14 @@ def utf16_to_index(text: str, units: int) -> int:
     """Python index of a UTF-16 offset; an offset inside a surrogate pair rounds down."""
     if units < 0:
         raise BadRequest("position is negative")
-    encoded = text.encode("utf-16-le")
+    # A character is one or two units: the position lies within the first ``units`` of them,
+    # so only those are read (not a whole document per request).
+    prefix = text[:units]
+    if prefix.isascii():
+        if len(prefix) < units:
+            raise BadRequest(f"position {units} is past the end of the document")
+        return units
+    encoded = prefix.encode("utf-16-le")
     if units * 2 > len(encoded):
         raise BadRequest(f"position {units} is past the end of the document")
     head = encoded[: units * 2]

@@ -10,14 +10,16 @@ clock at a time while yrs's offsets fall by exactly one (still the same live ite
 rest is converted from bytes: exact for any text, and free when the text before the cursor
 is ASCII, as most is. Each step costs one ``get_offset`` (a walk of the text's items in yrs),
 so the steps are bounded in number (``MAX_STEPS``) and in time (``STEP_BUDGET_SECONDS``, for a
-text of very many items): past either, the anchor is refused ("send pos with path") rather
-than walked on while the event loop waits.
+text of very many items, where one walk takes milliseconds): the clock is read before every
+step, so stepping holds the loop at most the budget and one step; past either, the anchor is
+refused ("send pos with path") rather than walked on while the event loop waits. Finding the
+text itself costs a walk per level of the tree (one, for a live character's ancestors).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from pycrdt import Doc, Text, XmlFragment
@@ -34,6 +36,9 @@ MAX_STEPS = 8_192  # characters of one item before the cursor that are stepped b
 STEP_BUDGET_SECONDS = 0.02
 _ANCHOR_GONE = "the anchor's text was deleted or is not in this document; ask again"
 _NOT_IN_TEXT = "the anchor is not inside text (between blocks, or beside an inline node)"
+_TOO_COSTLY = (
+    "the anchor is too costly to resolve (deep inside one long insertion); send 'pos' with 'path'"
+)
 
 
 class ItemIndex(Protocol):
@@ -54,6 +59,11 @@ class Place:
     path: tuple[int, ...]
     offset: int
     holds_text: bool = True
+    # The top-level block's item, when the position names one in the rich tree: how the block
+    # is found again after blocks above it come and go (``ai.text.rich_view.RichReader``).
+    block: ID | None = field(default=None, compare=False)
+    # The text it is in, as the tree holds it now (what a kept rendering must still say).
+    text: str | None = field(default=None, compare=False, repr=False)
 
 
 def locate(
@@ -67,6 +77,22 @@ def locate(
         return _Locator(doc, native, items, rich_root, plain_root).place(position)
 
 
+def child_index(txn: Any, ident: ID) -> int | None:
+    """The index among its parent's children of the live child item ``ident`` (a block of the
+    rich tree), or None if it was deleted; ``txn`` is pycrdt's native transaction. Two walks of
+    the parent's children in yrs (a few nanoseconds each)."""
+    index = _offset(txn, ident, 0)
+    if index is None or _offset(txn, ident, -1) != index + 1:
+        return None
+    return index
+
+
+def child_offset(txn: Any, ident: ID) -> int | None:
+    """How many live children precede child item ``ident``, live or deleted (for a deleted
+    one: the index it had, less the deleted ones before it)."""
+    return _offset(txn, ident, 0)
+
+
 class _Locator:
     def __init__(
         self, doc: Doc, txn: Any, items: ItemIndex, rich_root: str, plain_root: str
@@ -76,8 +102,18 @@ class _Locator:
         self.items = items
         self.rich_root = rich_root
         self.plain_root = plain_root
+        self.block: ID | None = None  # the top-level block the position is in, once found
+        self.text: str | None = None  # the text the place is in, once read
+        self._offsets: dict[tuple[ID, int], int | None] = {}  # each walk made once
 
     def place(self, position: RelativePosition) -> Place:
+        self.block = self.text = None
+        place = self._place(position)
+        if self.block is None or place.root != self.rich_root:
+            return place
+        return replace(place, block=self.block, text=self.text if place.holds_text else "")
+
+    def _place(self, position: RelativePosition) -> Place:
         if position.tname is not None:
             if position.tname != self.plain_root or self.plain_root not in self.doc.keys():
                 raise BadRequest(_NOT_IN_TEXT)
@@ -95,11 +131,16 @@ class _Locator:
                 index = self._char_index(text, item, parent, position.assoc)
                 return Place(parent, (), index)
             raise BadRequest(_NOT_IN_TEXT)  # a top-level block: between blocks
-        root, path, node = self._node(parent)
+        # A live item's ancestors are live (yrs deletes a type's content with it): each is then
+        # found with one walk of its parent's children, not two.
+        here = self._offset(item, 0)
+        alive = here is not None and self._offset(item, -1) == here + 1
+        root, path, node = self._node(parent, alive=alive)
         if isinstance(node, NativeText):
             text = text_of(node, self.txn)
             if text is None:
                 raise BadRequest("the anchor's text holds embedded objects")
+            self.text = text
             return Place(root, path, self._char_index(text, item, parent, position.assoc))
         # The item is a child node (an inline node or a block): the cursor is beside it.
         index = self._index_in_parent(item)
@@ -115,8 +156,9 @@ class _Locator:
             raise BadRequest(_ANCHOR_GONE)  # garbage-collected
         return parent
 
-    def _node(self, type_id: ID) -> tuple[str, tuple[int, ...], Any]:
-        """The native node ``type_id`` creates, found by its index in each ancestor."""
+    def _node(self, type_id: ID, *, alive: bool = False) -> tuple[str, tuple[int, ...], Any]:
+        """The native node ``type_id`` creates, found by its index in each ancestor (``alive``:
+        known to be live, as every ancestor then is)."""
         chain = [type_id]
         parent = self._parent(type_id)
         while not isinstance(parent, str):
@@ -126,19 +168,20 @@ class _Locator:
             parent = self._parent(parent)
         if parent != self.rich_root or self.rich_root not in self.doc.keys():
             raise BadRequest(_NOT_IN_TEXT)
-        path = tuple(self._index_in_parent(ident) for ident in reversed(chain))
+        path = tuple(self._index_in_parent(ident, alive=alive) for ident in reversed(chain))
         node: Any = self.doc.get(self.rich_root, type=XmlFragment).integrated
         for index in path:
             if isinstance(node, NativeText) or index >= node.len(self.txn):
                 raise BadRequest(_ANCHOR_GONE)
             node = node.get(self.txn, index)
+        self.block = chain[-1]
         return parent, path, node
 
-    def _index_in_parent(self, ident: ID) -> int:
+    def _index_in_parent(self, ident: ID, *, alive: bool = False) -> int:
         """A child's index among its parent's children (each child counts one in yrs), or
-        ``BadRequest`` if it was deleted."""
+        ``BadRequest`` if it was deleted (checked unless known ``alive``)."""
         index = self._offset(ident, 0)
-        if index is None or self._offset(ident, -1) != index + 1:
+        if index is None or (not alive and self._offset(ident, -1) != index + 1):
             raise BadRequest(_ANCHOR_GONE)
         return index
 
@@ -148,6 +191,7 @@ class _Locator:
             text = text_of(node, self.txn)
             if text is None:
                 raise BadRequest("the anchor's text holds embedded objects")
+            self.text = text
             return Place(root, path, 0 if start else len(text))
         if not isinstance(node, NativeElement):
             raise BadRequest(_NOT_IN_TEXT)
@@ -172,20 +216,18 @@ class _Locator:
                 if isinstance(child, NativeText):
                     text = text_of(child, txn)
                     if text is not None:
+                        self.text = text
                         return Place(root, (*path, at), len(text) if at_end else 0)
         raise BadRequest(_NOT_IN_TEXT)
 
     # ---- where a character is -------------------------------------------------------------
 
     def _offset(self, ident: ID, assoc: int) -> int | None:
-        raw = RelativePosition(item=ident, assoc=assoc).encode()
-        try:
-            offset = decode_sticky_index(raw).get_offset(self.txn)
-        except BaseException as exc:  # a yrs panic is a BaseException: contain it
-            if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
-                raise
-            return None
-        return offset if isinstance(offset, int) else None
+        """yrs's offset of ``ident``: a walk of its parent's items, made once per locate."""
+        key = (ident, assoc)
+        if key not in self._offsets:
+            self._offsets[key] = _offset(self.txn, ident, assoc)
+        return self._offsets[key]
 
     def _char_index(self, text: str, item: ID, parent: str | ID, assoc: int) -> int:
         """The cursor's code-point index in ``text``, the text holding ``item``."""
@@ -215,11 +257,10 @@ class _Locator:
         steps = 0
         deadline = time.perf_counter() + STEP_BUDGET_SECONDS
         while steps < clock:
-            if steps >= MAX_STEPS or (steps % 64 == 63 and time.perf_counter() > deadline):
-                raise BadRequest(
-                    "the anchor is too costly to resolve (deep inside one long insertion);"
-                    " send 'pos' with 'path'"
-                )
+            # Every step walks the text's items twice (milliseconds, in a text of very many):
+            # the clock is read before each.
+            if steps >= MAX_STEPS or time.perf_counter() > deadline:
+                raise BadRequest(_TOO_COSTLY)
             previous = (client, clock - steps - 1)
             if self.items.parent_of(previous) != parent:
                 break
@@ -239,6 +280,17 @@ class _Locator:
         if units < steps:
             raise BadRequest(_ANCHOR_GONE)
         return index, False
+
+
+def _offset(txn: Any, ident: ID, assoc: int) -> int | None:
+    raw = RelativePosition(item=ident, assoc=assoc).encode()
+    try:
+        offset = decode_sticky_index(raw).get_offset(txn)
+    except BaseException as exc:  # a yrs panic is a BaseException: contain it
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        return None
+    return offset if isinstance(offset, int) else None
 
 
 def _index_at_byte(text: str, encoded: bytes, byte: int) -> int:
