@@ -1,0 +1,154 @@
+"""The AI engine's work on a big rich document, per keystroke and per ask (issue 37): the real
+engine, scheduler and scripted provider on a real pycrdt document and update guard, driven
+through its hooks as a room drives it. Blocks rendered are counted, not time."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+from pycrdt import Doc, XmlFragment
+
+from tether.ai.engine import AiEngine
+from tether.ai.metrics import AiMetrics
+from tether.ai.model.providers.scripted import ScriptedProvider
+from tether.ai.settings import AiSettings
+from tether.ai.suggest.scheduler import Scheduler
+from tether.collab.auth.tokens import OPEN_GRANT
+from tether.collab.updates.guard import UpdateGuard
+from tether.protocol.ai import Suggest
+from tether.protocol.relative_position import RelativePosition
+from tether.protocol.update_scan import scan_update
+
+from .test_rich_windows import rich_update, sentence
+
+pytestmark = pytest.mark.anyio
+
+PARAGRAPHS = 20_000
+
+
+class Room:
+    """What the engine reads of a room: its document, update guard and settings."""
+
+    name = "big-rich"
+
+    def __init__(self, update: bytes) -> None:
+        self.doc = Doc()
+        self.doc.apply_update(update)
+        self.guard = UpdateGuard(128)
+        scan = scan_update(update)
+        self.guard.admit(scan, self.guard.check(scan))
+        self.settings = type("Settings", (), {"rich_fragment": "default"})()
+        self.reloading = False
+
+    def apply(self, update: bytes, origin: object) -> None:
+        scan = scan_update(update)
+        parents = self.guard.check(scan)
+        with self.doc.transaction(origin=origin):
+            self.doc.apply_update(update)
+        self.guard.admit(scan, parents)
+
+
+class Peer:
+    def __init__(self, peer_id: int) -> None:
+        self.peer_id = peer_id
+        self.outbox = object()
+        self.grant = OPEN_GRANT
+        self.writable = True
+        self.sent: asyncio.Queue[dict] = asyncio.Queue()
+
+    def send_stateless(self, payload: str) -> None:
+        self.sent.put_nowait(json.loads(payload))
+
+
+@pytest.fixture(scope="module")
+def big() -> bytes:
+    return rich_update([sentence(n) for n in range(PARAGRAPHS)])
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[AiEngine]:
+    settings = AiSettings(stop_rule="tokens", heal=False, junk_filter=False, prefetch_seconds=0)
+    async with Scheduler(8) as scheduler:
+        provider = ScriptedProvider([" and", " the", " tide"], delay=0.01)
+        ai = AiEngine(provider, scheduler, AiMetrics(CollectorRegistry()), settings)
+        yield ai
+        ai.close()
+
+
+async def answer(peer: Peer, request_id: str) -> tuple[str, dict]:
+    text = ""
+    while True:
+        message = await asyncio.wait_for(peer.sent.get(), 10)
+        if message.get("id") != request_id:
+            continue
+        if message["type"] == "suggestion.delta":
+            text += message["text"]
+        elif message["type"] in ("suggestion.end", "suggestion.error"):
+            return text, message
+
+
+async def test_typing_and_asking_at_the_end_of_a_big_rich_document_renders_what_changed(
+    engine: AiEngine, big: bytes
+) -> None:
+    room = Room(big)
+    editor = Doc()
+    editor.apply_update(big)
+    updates: list[bytes] = []
+    editor.observe(lambda event: updates.append(event.update))
+    fragment = editor.get("default", type=XmlFragment)
+    last = fragment.children[PARAGRAPHS - 1].children[0]
+    peer = Peer(1)
+    await engine.on_load(room)
+    state = engine.flights.room_state(room)
+    assert state.document.reader.rendered == 0  # loading reads nothing of a rich document
+    renders: list[int] = []
+    for key in range(8):
+        last.insert(len(last), f" w{key}")
+        update = updates.pop()
+        room.apply(update, peer)
+        engine.on_change(room, update, peer)
+        clock = scan_update(update).items[-1].clock + len(f" w{key}") - 1
+        anchor = RelativePosition(item=(editor.client_id, clock), assoc=-1).encode()
+        before = state.document.reader.rendered
+        request = Suggest(f"r{key}", "complete", anchor=base64.b64encode(anchor).decode())
+        await engine.on_stateless(room, peer, request.encode())
+        text, end = await answer(peer, f"r{key}")
+        renders.append(state.document.reader.rendered - before)
+        assert end["type"] == "suggestion.end" and text == " and the tide", end
+    prompt = engine.provider.prompts[-1].prompt  # type: ignore[attr-defined]
+    assert prompt.endswith(sentence(PARAGRAPHS - 1) + "".join(f" w{k}" for k in range(8)))
+    assert sentence(0) in prompt  # the opening paragraph says what the document is
+    assert len(prompt) < 4 * engine.settings.context_budget_tokens + 1_000
+    # The first ask reads its window (a hundred blocks of 20,000); each one after, the block
+    # typed in.
+    assert renders[0] < 150 and renders[1:] == [1] * 7, renders
+
+
+async def test_an_anchor_beside_an_inline_node_is_refused_before_anything_is_read(
+    engine: AiEngine,
+) -> None:
+    writer = Doc()
+    fragment = writer.get("default", type=XmlFragment)
+    with writer.transaction() as txn:
+        native, raw = fragment.integrated, txn._txn
+        for number in reversed(range(2_000)):
+            native.insert_element_prelim(raw, 0, "paragraph").insert_str(raw, 0, sentence(number))
+        paragraph = native.insert_element_prelim(raw, 2_000, "paragraph")
+        paragraph.insert_element_prelim(raw, 0, "mention")
+    update = writer.get_update()
+    mention = next(
+        (item.client, item.clock) for item in reversed(scan_update(update).items) if item.makes_type
+    )
+    room = Room(update)
+    peer = Peer(1)
+    anchor = base64.b64encode(RelativePosition(item=mention).encode()).decode()
+    await engine.on_stateless(room, peer, Suggest("inline", "complete", anchor=anchor).encode())
+    _, end = await answer(peer, "inline")
+    assert end["type"] == "suggestion.error" and end["code"] == "bad_request", end
+    assert "inline node" in end["message"]
+    assert engine.flights.room_state(room).document.reader.rendered == 0
