@@ -1,6 +1,7 @@
 """Markdown imports over REST (issue 37) through the real server: a 50,000-paragraph document
-goes in, a tree past the node cap is refused whole (422 naming the limit), and imports that the
-memory budget has no room for are refused with a retry time (503), nothing of them applied."""
+goes in, a tree past the node cap or nested deeper than the update guard allows is refused whole
+(422 naming the limit) and what nests up to it keeps every word, and imports that the memory
+budget has no room for are refused with a retry time (503), nothing of them applied."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.collab.test_markdown_nesting import nested
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 
@@ -83,3 +85,35 @@ async def test_imports_the_memory_budget_has_no_room_for_are_refused_with_a_retr
                 assert unchanged.status_code == 404
             after = await client.put("/api/documents/budget-0", content=b"# ok\n", headers=headers)
             assert after.status_code == 200  # the budget is whole again
+
+
+@pytest.mark.parametrize(
+    ("containers", "status"),
+    [
+        (["bullet"] * 12, 200),  # the issue's: levels 10+ and the paragraph after were lost
+        (["quote"] * 22, 200),
+        (["quote"] * 125, 200),  # a text at depth 128, the guard's max_nesting_depth
+        (["ordered", "quote"] * 41, 200),
+        (["quote"] * 126, 422),
+        (["bullet"] * 63, 422),
+    ],
+)
+async def test_nested_markdown_is_imported_with_every_word_or_refused_whole(
+    http: httpx.AsyncClient, containers: list[str], status: int
+) -> None:
+    name = f"nested-{containers[0]}-{len(containers)}"
+    await http.put(f"/api/documents/{name}", content=b"before\n", headers=MARKDOWN)
+    markdown = nested(containers)
+    put = await http.put(f"/api/documents/{name}", content=markdown.encode(), headers=MARKDOWN)
+    assert put.status_code == status, put.text
+    text = (await http.get(f"/api/documents/{name}?format=text")).text
+    if status == 200:
+        assert text.split() == [f"w{i}" for i in range(len(containers))] + ["after"]
+    else:
+        assert "max_nesting_depth 128" in put.json()["error"] and text == "before"
+
+
+async def test_deep_quotes_continued_without_markers_are_refused(http: httpx.AsyncClient) -> None:
+    lazy = (">" * 120 + " x\n" + "y\n" * 50_000).encode()
+    put = await http.put("/api/documents/lazy-quotes", content=lazy, headers=MARKDOWN)
+    assert put.status_code == 422 and "'>' markers" in put.json()["error"]

@@ -12,16 +12,30 @@ replaced by a shared placeholder; each paragraph's inline tokens live only while
 paragraph is read. Reference definitions may follow the links that use them, so a text that
 could hold one is read for them first (block tokens only, none kept). A tree of more than
 ``max_nodes`` nodes (elements and runs of text) is refused as soon as it grows past that.
+
+Never cut: markdown-it's CommonMark preset stops at 20 levels of nesting and silently skips the
+rest of the input (a list 12 deep lost its levels 10+ and the paragraph after). Here blocks may
+nest as deep as the tree the update guard accepts (``max_depth``, its ``max_nesting_depth``:
+the fragment, the containers, the text block and its text), and deeper is refused whole.
+Inline nesting (links in links) keeps markdown-it's 20: past it, text stays text.
+
+Deep quotes have one cost that does not grow with the bytes: markdown-it reads every line of a
+quote once per level, so a line that continues a paragraph 120 quotes deep without its ``>``
+markers (a lazy continuation line, two bytes) costs 120 line reads (100 KB of them: 61 s).
+Such work past ``_QUOTE_WORK_PER_BYTE`` per byte is refused before parsing; a line that
+writes its markers pays for its levels in bytes.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_block.state_block import StateBlock
 from markdown_it.rules_core.normalize import normalize
 from markdown_it.rules_core.state_core import StateCore
 from markdown_it.token import Token
@@ -30,6 +44,7 @@ from .tree import Node, Run
 
 # A 50,000-paragraph document with a mark or two in each takes about 200,000.
 DEFAULT_MAX_NODES = 300_000
+DEFAULT_MAX_DEPTH = 128  # the update guard's default max_nesting_depth
 
 _CONTAINERS = {
     "bullet_list_open": "bulletList",
@@ -41,6 +56,11 @@ _CONTAINERS = {
 }
 _MARKS = {"strong_open": "bold", "em_open": "italic", "s_open": "strike"}
 _MARK_CLOSES = {"strong_close": "bold", "em_close": "italic", "s_close": "strike"}
+# Line reads of quotes per byte of Markdown (about 10 µs each); a slack for short texts.
+_QUOTE_WORK_PER_BYTE = 2
+_QUOTE_WORK_SLACK = 65536
+# A line's container markers: quotes (counted) and list markers between them.
+_PREFIX = re.compile(r"[ \t]*(?:(?:>|[-+*](?=[ \t]|$)|\d{1,9}[.)](?=[ \t]|$))[ \t]*)*", re.M)
 _NONE: MappingProxyType[str, Any] = MappingProxyType({})  # shared by every node without attrs
 _SPENT = Token("", "", 0, level=-1)  # what a converted token's slot holds from then on
 
@@ -57,6 +77,7 @@ class MarkdownRefused(Exception):
 @dataclass(frozen=True, slots=True)
 class MarkdownLimits:
     max_nodes: int = DEFAULT_MAX_NODES  # elements and runs of text in the tree (max_import_nodes)
+    max_depth: int = DEFAULT_MAX_DEPTH  # the tree's depth as the guard counts it, root = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,23 +94,72 @@ class MarkdownSource:
 def parse_markdown(markdown: str, limits: MarkdownLimits = MarkdownLimits()) -> tuple[Node, ...]:
     """The document's blocks; an empty text gives one empty paragraph (what an editor holds).
     Raises ``MarkdownRefused`` past a limit."""
-    md = _parser()
+    md = _parser(limits.max_depth)
     state = StateCore(markdown, md, {})
     normalize(state)  # line endings and NUL, as markdown-it's first core rule does
     source = state.src
+    _check_quote_work(source)
     env: dict[str, Any] = {}
     if "]:" in source:  # a reference definition is possible: read them all first
         md.block.parse(source, md, env, _Discarded())
         env = {"references": env.get("references", {})}
-    tree = _TreeBuilder(md, env, limits.max_nodes)
+    tree = _TreeBuilder(_inline_parser(), env, limits.max_nodes)
     taken = _Taken(tree)
     md.block.parse(source, md, env, taken)
     taken.flush()
     return tree.finish()
 
 
+def _check_quote_work(source: str) -> None:
+    """Refuse a text whose quotes markdown-it would read more often than its size allows: per
+    line, the quotes open around it (its own ``>`` markers, or for a line without any, those
+    of the paragraph it may continue, until a blank line)."""
+    work, depth, at, end = 0, 0, 0, len(source)
+    while at <= end:
+        stop = source.find("\n", at)
+        stop = end if stop < 0 else stop
+        prefix = _PREFIX.match(source, at, stop)
+        quotes = prefix.group().count(">") if prefix else 0
+        if quotes:
+            depth = quotes
+            work += quotes
+        elif source[at:stop].strip():
+            work += depth
+        else:
+            depth = 0
+        at = stop + 1
+    if work > _QUOTE_WORK_PER_BYTE * len(source) + _QUOTE_WORK_SLACK:
+        raise MarkdownRefused(
+            "markdown_quote_lines",
+            "Markdown continues deeply nested quotes over many lines without their '>' markers;"
+            " each such line is read once per level: write the markers",
+        )
+
+
+@lru_cache(maxsize=4)
+def _parser(max_depth: int) -> MarkdownIt:
+    """The block parser: blocks at markdown-it's level L make a text at the guard's depth L + 3
+    (the fragment, L containers, the block, its text), so level ``max_depth - 2`` is refused.
+    markdown-it's own limit is set past it: a list enters its items two levels down at once,
+    and a limit it reached first would skip the rest silently."""
+    deepest = max(max_depth - 3, 0)
+    md = MarkdownIt("commonmark", {"maxNesting": deepest + 4}).enable("strikethrough")
+
+    def too_deep(state: StateBlock, start: int, end: int, silent: bool) -> bool:
+        if state.level > deepest:
+            raise MarkdownRefused(
+                "max_nesting_depth",
+                f"Markdown nests blocks deeper than the tree allows (max_nesting_depth"
+                f" {max_depth}: {deepest} levels of quotes, a list level counting two)",
+            )
+        return False
+
+    md.block.ruler.before("table", "too_deep", too_deep)
+    return md
+
+
 @lru_cache(maxsize=1)
-def _parser() -> MarkdownIt:
+def _inline_parser() -> MarkdownIt:
     return MarkdownIt("commonmark").enable("strikethrough")
 
 

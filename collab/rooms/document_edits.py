@@ -28,8 +28,9 @@ from ..updates.guard import UpdateRefused, check_applied_origin_order, check_ori
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from ..updates.slicing import load_slices, slice_update, wants_slices
 from .direct import TEXT_NAME
-from .import_budget import Charge, ImportLimits, budget_of, estimate
+from .import_budget import Charge, budget_of, estimate
 from .room import InvalidUpdate, Room, apply_update, broadcast_pieces
+from .settings import RoomSettings
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,19 +142,21 @@ async def set_tree(
     name = room.settings.rich_fragment
     charge: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if isinstance(blocks, str):
-        blocks, charge = await _charged(room.settings.imports, blocks)
+        blocks, charge = await _charged(room.settings, blocks)
     with full_collections_held(), charge:
         imports = pools.current().imports
         update = await imports.run(_tree_update, room.doc.get_update(), blocks, name, first=False)
         return await import_update(room, update, origin)
 
 
-async def _charged(limits: ImportLimits, markdown: str) -> tuple[MarkdownSource, Charge]:
-    """The Markdown with the limits it is read under, and its worst case charged to the
-    process's import memory budget (waits, or raises ``ImportBusy``)."""
-    source = MarkdownSource(markdown, MarkdownLimits(max_nodes=limits.max_nodes))
+async def _charged(settings: RoomSettings, markdown: str) -> tuple[MarkdownSource, Charge]:
+    """The Markdown with the limits it is read under (as deep as the update guard lets a tree
+    nest), and its worst case charged to the process's import memory budget (waits, or raises
+    ``ImportBusy``)."""
+    limits = settings.imports
+    read_as = MarkdownLimits(max_nodes=limits.max_nodes, max_depth=settings.max_nesting_depth)
     worst = estimate(len(markdown.encode("utf-8")), limits.max_nodes)
-    return source, await budget_of(limits).charge(worst)
+    return MarkdownSource(markdown, read_as), await budget_of(limits).charge(worst)
 
 
 def _tree_update(
