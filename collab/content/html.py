@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from html import escape
-from typing import Any
-from urllib.parse import urlsplit
 
 from .markdown import INLINE_TAGS
 from .tree import Node, Run, inline_runs
+from .urls import safe_url
 
 _BLOCKS = {
     "paragraph": "p",
@@ -25,13 +24,6 @@ _MARKS = (("bold", "strong"), ("italic", "em"), ("strike", "s"), ("underline", "
 
 def to_html(blocks: tuple[Node | Run, ...]) -> str:
     return "".join(_block(block) for block in blocks)
-
-
-def safe_url(url: Any) -> str | None:
-    if not isinstance(url, str):
-        return None
-    scheme = urlsplit(url.strip()).scheme.lower()
-    return url if scheme in ("", "http", "https", "mailto") else None
 
 
 def _block(node: Node | Run) -> str:

@@ -5,6 +5,12 @@ fenced code blocks, rules, images and hard breaks (``\\`` at the end of a line).
 not know keeps its text: as a block if it holds blocks, inline if it holds text. Marks are opened
 and closed only where they change, with spaces kept outside them (``**bold **`` is not bold in
 CommonMark), and text that Markdown would read as syntax is escaped.
+
+Safe through any CommonMark renderer: nothing a document holds can end a construct early and
+have what follows read as Markdown or raw HTML. A line break inside text is written as
+``&#10;``, an address as a destination that percent-encodes controls, whitespace, ``<>`` and
+backticks (``collab.content.urls``), and links and images only to the addresses the HTML export
+keeps (http(s), mailto, relative): another link keeps its text, an image its alt text.
 """
 
 from __future__ import annotations
@@ -14,8 +20,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from .tree import Node, Run, inline_runs
+from .urls import destination
 
 _ESCAPED = re.compile(r"([\\`*_\[\]<>~|])")
+_ENTITY = re.compile(r"&(?=#?[A-Za-z0-9]+;)")  # &copy; is read as ©: the & written \&
+_BREAKS = {"\n": "&#10;", "\r": "&#13;"}
+_BREAK = re.compile(r"[\n\r]")
+_LANGUAGE = re.compile(r"[\w#+.-]+")
 _BLOCK_START = re.compile(r"^(#{1,6}(?=\s|$)|>|[-+*](?=\s)|\d+[.)](?=\s)|={3,}|-{3,}$)")
 _ORDER = ("link", "bold", "italic", "strike")  # outermost first; code is always innermost
 _WRAP = {"bold": ("**", "**"), "italic": ("*", "*"), "strike": ("~~", "~~")}
@@ -104,7 +115,7 @@ def _code_block(node: Node) -> str:
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
     language = node.attrs.get("language")
-    info = language if isinstance(language, str) and "`" not in language else ""
+    info = language if isinstance(language, str) and _LANGUAGE.fullmatch(language) else ""
     return f"{fence}{info}\n{text}\n{fence}"
 
 
@@ -139,7 +150,7 @@ def _inline(children: tuple[Node | Run, ...] | list[Node | Run]) -> str:
     for piece in inline_runs(tuple(children)):
         if isinstance(piece, Node):
             close(0)
-            out.append(pending)
+            out.append(_breaks(pending))
             pending = ""
             out.append(_inline_node(piece))
             continue
@@ -149,22 +160,43 @@ def _inline(children: tuple[Node | Run, ...] | list[Node | Run]) -> str:
             pending += text
             continue
         lead, trail = text[: len(text) - len(text.lstrip())], text[len(text.rstrip()) :]
-        wanted = [(name, piece.marks[name]) for name in _ORDER if name in piece.marks]
+        wanted = [(name, _mark_attrs(name, piece.marks.get(name))) for name in _ORDER]
+        wanted = [(name, attrs) for name, attrs in wanted if attrs is not None]
         # Marks already open stay open, in the order they were opened (so *a **b** c* stays
         # nested), up to the first one this run does not have.
         keep = 0
         while keep < len(open_marks) and open_marks[keep] in wanted:
             keep += 1
         close(keep)
-        out.append(pending + lead)
+        out.append(_breaks(pending + lead))
         for name, attrs in wanted:
             if (name, attrs) not in open_marks:
                 out.append(_opener(name))
                 open_marks.append((name, attrs))
-        out.append(_code(core) if "code" in piece.marks else _ESCAPED.sub(r"\\\1", core))
+        out.append(_code(core) if "code" in piece.marks else _text(core))
         pending = trail
     close(0)
     return "".join(out).rstrip(" ")
+
+
+def _mark_attrs(name: str, attrs: Any) -> Mapping[str, Any] | None:
+    """The mark as written, or None: absent, or a link to an address not kept."""
+    if attrs is None:
+        return None
+    if name != "link":
+        return attrs if isinstance(attrs, Mapping) else {}
+    href = destination(attrs.get("href")) if isinstance(attrs, Mapping) else None
+    return None if href is None else {"href": href}
+
+
+def _text(text: str) -> str:
+    return _breaks(_ENTITY.sub(r"\\&", _ESCAPED.sub(r"\\\1", text)))
+
+
+def _breaks(text: str) -> str:
+    """Line breaks inside text as character references: written as they are, they would end
+    the paragraph, or begin a line Markdown reads as a heading, a list or raw HTML."""
+    return _BREAK.sub(lambda match: _BREAKS[match.group()], text)
 
 
 def _opener(name: str) -> str:
@@ -173,12 +205,16 @@ def _opener(name: str) -> str:
 
 def _closer(name: str, attrs: Mapping[str, Any]) -> str:
     if name == "link":
-        href = str(attrs.get("href") or "")
-        return "](" + href.replace(" ", "%20").replace("(", "%28").replace(")", "%29") + ")"
+        return "](" + str(attrs["href"]) + ")"  # a destination already (_mark_attrs)
     return _WRAP[name][1]
 
 
 def _code(text: str) -> str:
+    """Inline code; a line break in it is written between two code spans (a code span cannot
+    hold one: a blank line would end it and its paragraph)."""
+    if _BREAK.search(text):
+        pieces = re.split(r"([\n\r])", text)
+        return "".join(_BREAKS[p] if p in _BREAKS else _code(p) if p else "" for p in pieces)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""
@@ -189,7 +225,8 @@ def _inline_node(node: Node) -> str:
     if node.tag == "hardBreak":
         return "\\\n"
     if node.tag == "image":
-        alt = _ESCAPED.sub(r"\\\1", str(node.attrs.get("alt") or ""))
-        src = str(node.attrs.get("src") or "").replace(" ", "%20").replace(")", "%29")
-        return f"![{alt}]({src})"
+        alt = node.attrs.get("alt")
+        alt = _text(alt) if isinstance(alt, str) else ""
+        src = destination(node.attrs.get("src"))
+        return alt if src is None else f"![{alt}]({src})"  # not kept: its alt text
     return _inline(node.children)  # a mention or any other inline node: its text
