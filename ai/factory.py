@@ -46,9 +46,13 @@ def build_provider(settings: Any) -> Provider | None:
             )
             for i in range(count)
         ]
-        return UpstreamPool(workers, routing=settings.ai_routing)
+        pool = UpstreamPool(workers, routing=settings.ai_routing)
+        for worker in workers:  # ready or dead: the pool knows at once, not at its next check
+            worker.supervisor.add_listener(pool.poke)
+        return pool
     if kind == "openai":
         from .model.providers.openai import OpenAIProvider
+        from .model.providers.pool import UpstreamPool
 
         urls = [u.strip() for u in settings.openai_base_url.split(",") if u.strip()]
         upstreams = [
@@ -59,15 +63,19 @@ def build_provider(settings: Any) -> Provider | None:
                 api=settings.openai_api,
                 timeout=settings.ai_timeout,
                 logprobs=settings.ai_stop == "sure",
+                first_token_timeout=settings.openai_first_token_timeout,
+                idle_timeout=settings.openai_idle_timeout,
             )
             for url in urls
         ]
-        if len(upstreams) == 1:
-            return upstreams[0]
-        from .model.providers.pool import UpstreamPool
-
+        # One upstream is a pool of one too: its health is checked, it is down (AI degraded,
+        # requests refused at once) while it does not answer, and back when it does.
         return UpstreamPool(
-            upstreams, routing=settings.ai_routing, concurrency=settings.openai_concurrency
+            upstreams,
+            routing=settings.ai_routing,
+            # One upstream: one generation at a time, as before there were several.
+            concurrency=settings.openai_concurrency if len(upstreams) > 1 else 1,
+            health_seconds=settings.openai_health_seconds,
         )
     if kind == "scripted":
         from .model.providers.scripted import ScriptedProvider
@@ -180,13 +188,16 @@ def build_status(provider: Provider, embed_worker: Supervisor | None) -> StatusB
             )
 
     else:
-        model_name = getattr(provider, "model", None)
+        pool_state = getattr(provider, "state", None)  # model upstreams: up or down
+        members = [u.provider for u in getattr(provider, "upstreams", {}).values()]
+        model_name = getattr(members[0] if members else provider, "model", None)
 
         def read() -> AiState:
             semantic = embed_worker.health() if embed_worker is not None else {"state": "off"}
+            state, reason = pool_state() if callable(pool_state) else ("ready", "")
             return AiState(
-                "ready",
-                "",
+                state,
+                reason,
                 model_name if isinstance(model_name, str) else provider.name,
                 None,
                 {"provider": provider.name, "semantic": semantic.get("semantic", "off")},
@@ -196,6 +207,9 @@ def build_status(provider: Provider, embed_worker: Supervisor | None) -> StatusB
     for supervisor_ in (*supervisors, embed_worker):
         if supervisor_ is not None:
             supervisor_.add_listener(board.changed)
+    listen = getattr(provider, "add_listener", None)
+    if callable(listen):  # several model servers: one going down or coming back
+        listen(board.changed)
     return board
 
 

@@ -228,6 +228,13 @@ class Settings:
     openai_model: str = ""
     openai_api_key: str = ""
     openai_api: str = "chat"
+    # An upstream that has sent no token this long after a request is down: the request goes
+    # on to the next upstream before anything was generated. After the first token, a gap
+    # this long between tokens ends the suggestion (provider_timeout).
+    openai_first_token_timeout: float = 5.0
+    openai_idle_timeout: float = 5.0
+    # Every upstream's model list is checked this often, busy or not: down or back.
+    openai_health_seconds: float = 5.0
     # Scale-out (collab.cluster.node): "" keeps the embedded SQLite store in data_dir; a
     # postgresql://user@host/db DSN shares one PostgreSQL between nodes. bus: redis://host:port
     # relays committed updates and presence between nodes (needs a PostgreSQL store).
@@ -308,6 +315,12 @@ class Settings:
             raise ValueError("ai_workers must be 1 to 64")
         if not 1 <= self.openai_concurrency <= 64:
             raise ValueError("openai_concurrency must be 1 to 64")
+        upstream_times = (self.openai_first_token_timeout, self.openai_idle_timeout)
+        if min(*upstream_times, self.openai_health_seconds) <= 0:
+            raise ValueError(
+                "openai_first_token_timeout, openai_idle_timeout and openai_health_seconds"
+                " must be positive"
+            )
         for url in self.openai_urls:
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"each --openai-base-url must be an http(s) URL, not {url[:64]!r}")

@@ -381,6 +381,21 @@ GROUPS: tuple[Group, ...] = (
             ("openai_model", "NAME", "model name sent upstream"),
             ("openai_api_key", "KEY", "bearer key for the upstream; prefer TETHER_OPENAI_API_KEY"),
             ("openai_api", ONE_OF, "'chat': /chat/completions; 'completions': /completions"),
+            (
+                "openai_first_token_timeout",
+                "SECONDS",
+                "no token this long after a request: the upstream is down, the request moves on",
+            ),
+            (
+                "openai_idle_timeout",
+                "SECONDS",
+                "no token this long mid-answer: the suggestion fails",
+            ),
+            (
+                "openai_health_seconds",
+                "SECONDS",
+                "how often every upstream's model list is checked (down or back)",
+            ),
         ),
     ),
     Group(

@@ -23,7 +23,13 @@ class Upstream:
     ``mode``: "stream" (chat or completions chunks by path), "status", "hang" (answers nothing
     until the client goes away or the server closes), "malformed", "drop" (closes the socket
     after two chunks), "no-logprobs" (refuses a request asking for logprobs with a 400). Every
-    request is recorded with the number of the connection it came on.
+    request is recorded with the number of the connection it came on. Misbehaving on purpose:
+    "html" (200 with an HTML page), "silent" (event-stream headers, then nothing), "trickle"
+    (``good`` pieces, then the rest one byte every ``delay`` seconds), "endless-event" (``good``
+    pieces, then ``data:`` lines that never end their event, as fast as the client reads),
+    "flood" (``pieces`` events of ``flood_chars`` characters each). ``models`` is how the model
+    list (a GET, the health check) answers: "json" (``status`` in "status" mode, else 200),
+    "ok" (200 whatever the mode), "html", "hang", or "status" (``status``).
     """
 
     mode: str = "stream"
@@ -32,6 +38,10 @@ class Upstream:
     status: int = 500
     error_body: bytes = b'{"error": {"message": "model crashed"}}'
     extra_headers: str = ""
+    models: str = "json"
+    good: int = 0  # "trickle", "endless-event": well-formed pieces before the misbehaviour
+    flood_chars: int = 1024
+    sent_bytes: int = 0  # body bytes written for "endless-event" and "flood" answers
     connections: int = 0
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
@@ -98,10 +108,17 @@ class Upstream:
         if request_line.startswith("GET "):  # a health check: the model list
             self.health_checks += 1
             self._notify()
-            status = self.status if self.mode == "status" else 200
+            if self.models == "hang":
+                return await self._hang(reader)
+            status = 200 if self.models == "ok" else self.status
+            if "status" not in (self.mode, self.models):
+                status = 200
             answer = b'{"object": "list", "data": [{"id": "tiny", "object": "model"}]}'
+            kind = "application/json"
+            if self.models == "html":
+                answer, kind = b"<html><body>It works!</body></html>", "text/html"
             writer.write(
-                f"HTTP/1.1 {status} OK\r\nContent-Type: application/json\r\n"
+                f"HTTP/1.1 {status} OK\r\nContent-Type: {kind}\r\n"
                 f"Content-Length: {len(answer)}\r\n\r\n".encode()
                 + answer
             )
@@ -130,20 +147,79 @@ class Upstream:
             await writer.drain()
             return True
         if self.mode == "hang":
-            eof = asyncio.ensure_future(reader.read(1))
-            stop = asyncio.ensure_future(self._stop.wait())
-            done, pending = await asyncio.wait({eof, stop}, return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-            if eof in done:
-                self.hangs_released += 1
-                self.client_gone.set()
-            return False
+            return await self._hang(reader)
+        if self.mode == "html":
+            page = b"<html><body>Service temporarily unavailable</body></html>"
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n"
+                + f"Content-Length: {len(page)}\r\n\r\n".encode()
+                + page
+            )
+            await writer.drain()
+            return True
+        if self.mode in ("silent", "trickle", "endless-event", "flood"):
+            return await self._misbehave(reader, writer)
         logprobs = bool(self.requests[-1].get("logprobs")) if self.requests else False
         return await self._stream(
             reader, writer, self.paths[-1].endswith("/chat/completions"), logprobs
         )
+
+    async def _hang(self, reader: asyncio.StreamReader) -> bool:
+        """Answer nothing until the client goes away or the server closes."""
+        eof = asyncio.ensure_future(reader.read(1))
+        stop = asyncio.ensure_future(self._stop.wait())
+        done, pending = await asyncio.wait({eof, stop}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        if eof in done:
+            self.hangs_released += 1
+            self.client_gone.set()
+            self._notify()
+        return False
+
+    async def _misbehave(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """The modes that answer 200 with an event stream that goes wrong; the connection is
+        never reused after one."""
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Transfer-Encoding: chunked\r\n\r\n"
+        )
+        await writer.drain()
+        for index in range(self.good):
+            await self._chunk(writer, {"choices": [{"delta": {"content": f"w{index} "}}]})
+        if self.mode == "silent":
+            return await self._hang(reader)
+        if self.mode == "trickle":
+            event = json.dumps({"choices": [{"delta": {"content": "t "}}]}).encode()
+            rest = b"".join(b"data: " + event + b"\n\n" for _ in range(self.pieces))
+            eof = asyncio.ensure_future(reader.read(1))
+            try:
+                for byte in rest:
+                    done, _ = await asyncio.wait({eof}, timeout=self.delay)
+                    if done:
+                        self.client_gone.set()
+                        self._notify()
+                        return False
+                    await self._send(writer, bytes([byte]))
+            finally:
+                eof.cancel()
+            return False
+        if self.mode == "endless-event":
+            line = b"data: " + b"x" * 4000 + b"\n"  # never a blank line: the event never ends
+            while not self._stop.is_set():
+                await self._send(writer, line * 16)
+                self.sent_bytes += len(line) * 16
+            return False
+        text = "y" * self.flood_chars
+        for _ in range(self.pieces):
+            event = json.dumps({"choices": [{"delta": {"content": text}}]}).encode()
+            await self._send(writer, b"data: " + event + b"\n\n")
+            self.sent_bytes += len(event) + 8
+        await self._send(writer, b"data: [DONE]\n\n")
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+        return True
 
     async def _stream(
         self,

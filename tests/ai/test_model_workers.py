@@ -71,8 +71,11 @@ async def test_two_workers_share_the_documents_and_cover_for_each_other(tmp_path
             assert after[1]["requests"] >= before[1]["requests"] + 2
             # The supervisor restarts the killed worker; the pool's health check takes it back.
             _until(server, lambda ai: _all_ready(ai) and ai["upstreams"][0]["up"])
-            served = server.health()["ai"]["upstreams"][0]["requests"]
+            served = [u["requests"] for u in server.health()["ai"]["upstreams"]]
             with anyio.fail_after(120):
                 for doc in docs[:2]:
                     assert (await suggest_to_the_end(doc)).reason == "done"
-            assert server.health()["ai"]["upstreams"][0]["requests"] == served + 2
+            now = [u["requests"] for u in server.health()["ai"]["upstreams"]]
+            # Its two documents are back on it (the warm states it lost may be rebuilt there
+            # too, as background requests), and the other worker served none of them.
+            assert now[0] >= served[0] + 2 and now[1] == served[1]

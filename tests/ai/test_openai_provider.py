@@ -14,11 +14,12 @@ import anyio
 import pytest
 
 from tests.ai.sse_upstream import Upstream, serve_upstream
-from tether.ai.errors import ProviderError, ProviderTimeout, ProviderUnavailable
+from tether.ai.errors import ProviderError, ProviderUnavailable
 from tether.ai.model.providers.base import Cancellation, GenerationRequest, confidence_of
 from tether.ai.model.providers.openai import (
     OpenAIProvider,
     SseDecoder,
+    UpstreamDown,
     chatml_to_messages,
     event_text,
 )
@@ -171,16 +172,24 @@ async def test_a_refused_key_is_unavailable_without_echoing_the_upstream_text(
     assert "sk-" not in str(caught.value)
 
 
-async def test_an_upstream_that_never_answers_times_out_within_the_configured_time(
+async def test_an_upstream_that_never_answers_is_down_at_the_first_token_deadline(
     upstream: Upstream,
 ):
     upstream.mode = "hang"
-    async with OpenAIProvider(upstream.url, "tiny", timeout=0.3) as provider:
+    async with OpenAIProvider(upstream.url, "tiny", first_token_timeout=0.3) as provider:
         started = time.perf_counter()
-        with anyio.fail_after(5), pytest.raises(ProviderTimeout):
+        with anyio.fail_after(5), pytest.raises(UpstreamDown) as caught:
             await collect(provider)
         assert 0.25 < time.perf_counter() - started < 1.5
-    assert provider.attempts == 1  # a read timeout is never retried
+    assert provider.attempts == 1  # a request that reached the upstream is never sent again
+    assert "sent no token within 0.3s" in str(caught.value)
+
+
+async def test_a_read_timeout_before_any_token_is_down_too(upstream: Upstream):
+    upstream.mode = "hang"
+    async with OpenAIProvider(upstream.url, "tiny", timeout=0.3) as provider:
+        with anyio.fail_after(5), pytest.raises(UpstreamDown):
+            await collect(provider)
 
 
 async def test_a_refused_connection_is_retried_then_unavailable():

@@ -8,25 +8,37 @@ the upstream continues it. Ollama and the llama.cpp server continue such a messa
 only with ``extra_body={"continue_final_message": True, "add_generation_prompt": False}``; hosted
 APIs usually ignore the prefill and answer afresh. ``api="completions"`` sends the ChatML prompt
 as is and is the exact choice where the upstream supports it.
+
+An upstream that misbehaves costs one request a few seconds and a bounded amount of memory, and
+before anything was generated it is ``UpstreamDown``, so a pool moves the request on: no token
+within ``first_token_timeout`` of sending (it accepted and never answered, sent headers and then
+nothing, or trickles bytes that never make an event), an answer that is not an event stream
+(an HTML error page with 200), 429 (down for its ``Retry-After``, bounded), 502-504 or a broken
+connection. After the first token a gap of ``idle_timeout`` between tokens is
+``ProviderTimeout``. Every byte is bounded: an event (``MAX_EVENT_BYTES``), a whole answer
+(``answer_bytes``, by ``max_tokens``), and the text by pieces and characters (``max_tokens``
+pieces of at most ``MAX_TOKEN_CHARS`` each: a flood is cut off there).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import importlib.util
 import json
 import logging
 import math
 import random
 import re
+import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
 
 from ...errors import ProviderError, ProviderTimeout, ProviderUnavailable
-from .base import Cancellation, GenerationRequest, Piece, Provider
+from .base import Cancellation, GenerationRequest, Piece, Provider, confidence_of
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +50,17 @@ DETAIL_CHARS = 200  # the most of an upstream's error text that reaches an edito
 BACKOFF_SECONDS = 0.05  # first connect retry waits about this long, doubling after
 DRAIN_SECONDS = 0.5  # after [DONE], how long to wait for the body's end to keep the connection
 ERROR_BODY_BYTES = 1 << 16  # read error answers whole up to this, so the connection is reused
-MAX_LINE_BYTES = 1 << 20  # an SSE line longer than this is a broken upstream, not a token
+# One SSE event carries one token's JSON (with its log-probabilities): a few hundred bytes.
+# An event (all its lines) longer than this is a broken upstream, not a token.
+MAX_EVENT_BYTES = 64 * 1024
+# A whole answer's bytes on the wire (events, comments, keep-alives): this much, plus
+# ANSWER_BYTES_PER_TOKEN for each token asked for.
+ANSWER_BASE_BYTES = 64 * 1024
+ANSWER_BYTES_PER_TOKEN = 4 * 1024
+# No token of any tokenizer in use is longer; text past max_tokens of these is a flood.
+MAX_TOKEN_CHARS = 64
+RETRY_AFTER_MAX_SECONDS = 60.0  # the longest a 429's Retry-After keeps an upstream down
+MODEL_LIST_BYTES = 1 << 20  # a health check reads at most this much of the model list
 
 
 # Answers that say the upstream itself is down or overloaded, not that the request was wrong.
@@ -47,8 +69,13 @@ HEALTH_TIMEOUT_SECONDS = 2.0
 
 
 class UpstreamDown(ProviderUnavailable):
-    """The upstream could not be reached or said it is down: nothing was generated, so another
-    upstream may take the request (``ai.model.providers.pool``)."""
+    """The upstream could not be reached, said it is down or overloaded, or did not answer in
+    time: nothing was generated, so another upstream may take the request
+    (``ai.model.providers.pool``). ``retry_after``: how long it asked to be left alone (429)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 class OpenAIProvider(Provider):
@@ -71,6 +98,9 @@ class OpenAIProvider(Provider):
         http2: bool = True,
         extra_body: Mapping[str, Any] | None = None,
         logprobs: bool = False,
+        first_token_timeout: float | None = None,
+        idle_timeout: float | None = None,
+        health_timeout: float = HEALTH_TIMEOUT_SECONDS,
     ) -> None:
         if api not in APIS:
             raise ValueError(f"api must be one of {sorted(APIS)}, not {api!r}")
@@ -84,6 +114,13 @@ class OpenAIProvider(Provider):
         self.api = api
         self.timeout = timeout
         self.connect_timeout = connect_timeout
+        # From sending a request to its first token (headers, events: any byte that is not a
+        # token does not count), and then between tokens; None: ``timeout`` (a caller with no
+        # other upstream to move on to, such as the quality bench). ``tether serve`` sets both
+        # (--openai-first-token-timeout, --openai-idle-timeout).
+        self.first_token_timeout = first_token_timeout or timeout
+        self.idle_timeout = idle_timeout or timeout
+        self.health_timeout = health_timeout
         self.max_connections = max_connections
         self.retries = retries
         # h2 is optional: without it the same pool speaks HTTP/1.1 keep-alive.
@@ -143,9 +180,63 @@ class OpenAIProvider(Provider):
         return body
 
     async def stream(self, request: GenerationRequest, cancel: Cancellation) -> AsyncIterator[str]:
-        response = await self._send(self.body(request), cancel)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.first_token_timeout  # then idle_timeout after each token
+        try:
+            async with asyncio.timeout_at(deadline):
+                response = await self._answer(request, cancel)
+        except TimeoutError as exc:
+            raise self._silent() from exc
         if response is None:
             return
+        answer = _Answer(request.max_tokens)
+        decoder = SseDecoder()
+        try:
+            async with contextlib.aclosing(response.aiter_bytes()) as chunks:
+                ended = False
+                while not ended and not cancel.cancelled:
+                    try:
+                        async with asyncio.timeout_at(deadline):
+                            chunk = await anext(chunks)
+                    except StopAsyncIteration:
+                        chunk, ended = b"", True
+                    except (TimeoutError, httpx.TransportError) as exc:
+                        raise self._cut_short(exc, answer) from exc
+                    failure: ProviderError | None = None
+                    try:
+                        answer.count(len(chunk))
+                        events = decoder.close() if ended else decoder.feed(chunk)
+                        for data in events:
+                            if data == "[DONE]":
+                                ended = True
+                                break
+                            answer.queue(event_text(data, self.api))
+                    except ProviderError as exc:
+                        failure = self._broken(exc, answer)  # after the good pieces before it
+                    for text in answer.ready():
+                        deadline = loop.time() + self.idle_timeout
+                        yield text
+                        if cancel.cancelled:
+                            return  # the rest is not read: the connection is dropped
+                    if failure is not None:
+                        raise failure
+                    if answer.full or ended:
+                        # The rest, little for an upstream that behaves, is read so the
+                        # connection goes back to the pool; a flood is dropped with it.
+                        await _drain(chunks)
+                        return
+        finally:
+            # Unread body left: httpx drops the connection rather than return it dirty.
+            await response.aclose()
+
+    async def _answer(
+        self, request: GenerationRequest, cancel: Cancellation
+    ) -> httpx.Response | None:
+        """The upstream's streaming answer to ``request`` (its headers), or None when cancelled
+        first; raises on every answer that is not a stream of events."""
+        response = await self._send(self.body(request), cancel)
+        if response is None:
+            return None
         try:
             if not response.is_success:
                 message = await _status_message(response)
@@ -153,42 +244,46 @@ class OpenAIProvider(Provider):
                     await response.aclose()
                     response = await self._send(self.body(request), cancel)
                     if response is None:
-                        return
+                        return None
                     if not response.is_success:
                         message = await _status_message(response)
                 if not response.is_success:
-                    down = response.status_code in DOWN_STATUSES
-                    error = UpstreamDown if down else ProviderUnavailable
-                    raise error(message)
-            decoder = SseDecoder()
-            async with contextlib.aclosing(response.aiter_bytes()) as chunks:
-                try:
-                    async for chunk in chunks:
-                        for data in decoder.feed(chunk):
-                            if cancel.cancelled:
-                                return
-                            if data == "[DONE]":
-                                await _drain(chunks)
-                                return
-                            text = event_text(data, self.api)
-                            if text:
-                                yield text
-                                if cancel.cancelled:  # set while the consumer held the piece
-                                    return
-                    for data in decoder.close():
-                        if data != "[DONE]" and not cancel.cancelled:
-                            text = event_text(data, self.api)
-                            if text:
-                                yield text
-                except httpx.TimeoutException as exc:
-                    raise ProviderTimeout(
-                        f"the upstream sent nothing for {self.timeout:g}s mid-stream"
-                    ) from exc
-                except httpx.TransportError as exc:
-                    raise ProviderError("the upstream connection broke mid-stream") from exc
-        finally:
-            # Unread body left: httpx drops the connection rather than return it dirty.
+                    raise _status_error(response, message)
+            kind = response.headers.get("content-type", "")
+            if not kind.lower().startswith("text/event-stream"):
+                raise UpstreamDown(
+                    f"the upstream at {self._where()} answered {response.status_code} with"
+                    f" {_detail(kind.encode()) or 'no content type'}, not an event stream"
+                )
+        except BaseException:
             await response.aclose()
+            raise
+        return response
+
+    def _silent(self) -> UpstreamDown:
+        return UpstreamDown(
+            f"the upstream at {self._where()} sent no token within {self.first_token_timeout:g}s"
+        )
+
+    def _cut_short(self, error: Exception, answer: _Answer) -> ProviderError:
+        """The body stopped coming (a deadline, a read timeout) or broke off."""
+        timed_out = isinstance(error, TimeoutError | httpx.TimeoutException)
+        if not answer.pieces:
+            if timed_out:
+                return self._silent()
+            return UpstreamDown(f"the upstream at {self._where()} broke off before its first token")
+        if timed_out:
+            return ProviderTimeout(
+                f"the upstream sent no token for {self.idle_timeout:g}s mid-stream"
+            )
+        return ProviderError("the upstream connection broke mid-stream")
+
+    def _broken(self, error: ProviderError, answer: _Answer) -> ProviderError:
+        """An answer past its bounds: before any token the upstream is broken (down, so the
+        request moves on); after, the editor's error."""
+        if not answer.pieces:
+            return UpstreamDown(f"the upstream at {self._where()} is broken: {error}")
+        return error
 
     def _refused_logprobs(self, status: int, message: str) -> bool:
         """An upstream that refuses the request because of ``logprobs``: stop asking for them
@@ -226,8 +321,8 @@ class OpenAIProvider(Provider):
                     f"all {self.max_connections} upstream connections stayed busy"
                 ) from exc
             except httpx.TimeoutException as exc:
-                raise ProviderTimeout(
-                    f"the upstream did not answer within {self.timeout:g}s"
+                raise UpstreamDown(
+                    f"the upstream at {self._where()} did not answer within {self.timeout:g}s"
                 ) from exc
             except httpx.TransportError as exc:
                 raise UpstreamDown(
@@ -236,15 +331,27 @@ class OpenAIProvider(Provider):
         raise AssertionError("unreachable")  # the loop returns or raises
 
     async def healthy(self) -> bool:
-        """Whether the upstream answers its model list now (a health check: no generation)."""
+        """Whether the upstream answers its model list now, as JSON (a health check: no
+        generation). An HTML page, an error or nothing within the check's time is not."""
         if self._client is None:
             return False
         try:
-            response = await self._client.get("models", timeout=HEALTH_TIMEOUT_SECONDS)
-            await response.aclose()
-        except httpx.HTTPError:
+            async with asyncio.timeout(self.health_timeout):
+                request = self._client.build_request("GET", "models")
+                response = await self._client.send(request, stream=True)
+                try:
+                    if response.status_code != 200:
+                        return False
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > MODEL_LIST_BYTES:
+                            return False
+                finally:
+                    await response.aclose()
+        except (TimeoutError, httpx.HTTPError):
             return False
-        return response.status_code not in DOWN_STATUSES and response.status_code < 500
+        return _is_model_list(bytes(body))
 
     @property
     def where(self) -> str:
@@ -335,39 +442,54 @@ class SseDecoder:
     """Response bytes in, ``data`` of complete server-sent events out; no I/O.
 
     Splits lines on CR, LF or CRLF only (httpx's ``aiter_lines`` also splits on U+2028 and
-    friends, which JSON may carry unescaped) and joins multi-line data as the SSE spec says.
+    friends, which JSON may carry unescaped) and joins multi-line data as the SSE spec says. An
+    event (every line up to the blank one that ends it) longer than ``max_event_bytes`` is a
+    ``ProviderError``: what it holds is bounded by that, however the bytes arrive, and each
+    byte is scanned once.
     """
 
     _LINE_END = re.compile(rb"\r\n|\r|\n")
 
-    def __init__(self) -> None:
-        self._buffer = b""
+    def __init__(self, max_event_bytes: int = MAX_EVENT_BYTES) -> None:
+        self.max_event_bytes = max_event_bytes
+        self._buffer = bytearray()
+        self._scanned = 0  # bytes of the buffer known to hold no line end
+        self._event_bytes = 0  # bytes of the current event's complete lines
         self._data: list[str] = []
 
     def feed(self, chunk: bytes) -> list[str]:
-        buffer = self._buffer + chunk
-        # A final CR may be half of a CRLF: decide when the next byte arrives.
-        held = b"\r" if buffer.endswith(b"\r") else b""
-        lines = self._LINE_END.split(buffer[: len(buffer) - len(held)])
-        self._buffer = lines.pop() + held
-        if len(self._buffer) > MAX_LINE_BYTES:
-            raise ProviderError("the upstream sent an over-long event line")
+        buffer = self._buffer
+        buffer += chunk
         events = []
-        for line in lines:
+        start = 0
+        while True:
+            found = self._LINE_END.search(buffer, max(start, self._scanned))
+            # A final CR may be half of a CRLF: decide when the next byte arrives.
+            if found is None or (found.group() == b"\r" and found.end() == len(buffer)):
+                break
+            line = bytes(buffer[start : found.start()])
+            self._event_bytes += found.end() - start
+            start = found.end()
             data = self._line(line.decode("utf-8", "replace"))
             if data is not None:
                 events.append(data)
+        del buffer[:start]
+        self._scanned = len(buffer) - (1 if buffer.endswith(b"\r") else 0)
+        if self._event_bytes + len(buffer) > self.max_event_bytes:
+            raise ProviderError(f"the upstream sent an event over {self.max_event_bytes} bytes")
         return events
 
     def close(self) -> list[str]:
         """Events left at the end of the body (lenient: an unterminated last event counts)."""
         events = self.feed(b"\n\n") if self._buffer or self._data else []
-        self._buffer = b""
+        self._buffer = bytearray()
+        self._scanned = 0
         return events
 
     def _line(self, line: str) -> str | None:
         if not line:
             data, self._data = self._data, []
+            self._event_bytes = 0
             return "\n".join(data) if data else None
         field, _, value = line.partition(":")
         if field == "data":  # comments (":...") and other fields carry no tokens
@@ -375,12 +497,96 @@ class SseDecoder:
         return None
 
 
+class _Answer:
+    """What one answer may still carry: bytes on the wire, then pieces of text (``max_tokens``)
+    and characters (``MAX_TOKEN_CHARS`` per token). Text past those is cut off."""
+
+    def __init__(self, max_tokens: int) -> None:
+        tokens = max(1, max_tokens)
+        self.max_bytes = ANSWER_BASE_BYTES + tokens * ANSWER_BYTES_PER_TOKEN
+        self.bytes = 0
+        self.pieces = 0
+        self.max_pieces = tokens
+        self.chars_left = tokens * MAX_TOKEN_CHARS
+        self._ready: list[str] = []
+
+    @property
+    def full(self) -> bool:
+        return self.pieces >= self.max_pieces or self.chars_left <= 0
+
+    def count(self, size: int) -> None:
+        self.bytes += size
+        if self.bytes > self.max_bytes:
+            raise ProviderError(
+                f"the upstream sent over {self.max_bytes} bytes for {self.max_pieces} tokens"
+            )
+
+    def queue(self, text: str) -> None:
+        """Take an event's text, or the part of it that may be shown (none once full)."""
+        if not text or self.full:
+            return
+        if len(text) > self.chars_left:
+            text = Piece(text[: self.chars_left], confidence_of(text))
+        self.chars_left -= len(text)
+        self.pieces += 1
+        self._ready.append(text)
+
+    def ready(self) -> list[str]:
+        """The pieces taken since the last call."""
+        ready, self._ready = self._ready, []
+        return ready
+
+
 async def _drain(chunks: AsyncIterator[bytes]) -> None:
-    """Read the little left after [DONE] so the connection goes back to the pool."""
+    """Read the little left after [DONE] (or the last token wanted) so the connection goes back
+    to the pool; an answer that goes on (a flood) is left to be dropped with its connection."""
+    read = 0
     with contextlib.suppress(TimeoutError, httpx.HTTPError):
         async with asyncio.timeout(DRAIN_SECONDS):
-            async for _ in chunks:
-                pass
+            async for chunk in chunks:
+                read += len(chunk)
+                if read > ERROR_BODY_BYTES:
+                    return
+
+
+def _status_error(response: httpx.Response, message: str) -> ProviderUnavailable:
+    """An answer that is not a success: 429 and 502-504 say the upstream cannot take requests
+    now (down, for its ``Retry-After`` when it gives one); anything else is this request's."""
+    status = response.status_code
+    if status == 429 or status in DOWN_STATUSES:
+        return UpstreamDown(message, retry_after=retry_after(response.headers.get("retry-after")))
+    return ProviderUnavailable(message)
+
+
+def retry_after(value: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds from now (delay-seconds or an HTTP date), at most
+    ``RETRY_AFTER_MAX_SECONDS``; None when absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value[:8])
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX_SECONDS)
+
+
+def _is_model_list(body: bytes) -> bool:
+    """An OpenAI-style model list (``{"data": [...]}``; Ollama's ``{"models": [...]}``; a bare
+    list): an HTML page or anything else from a proxy in front of a dead upstream is not."""
+    try:
+        listed = json.loads(body)
+    except ValueError:
+        return False
+    if isinstance(listed, dict):
+        listed = listed.get("data", listed.get("models"))
+    return isinstance(listed, list)
 
 
 async def _status_message(response: httpx.Response) -> str:
