@@ -15,7 +15,8 @@ Modes:
 - ``flood``: a valid stream of ``--chars`` characters in 8-character tokens, whatever
   ``max_tokens`` asked.
 - ``429``: 429 with ``Retry-After`` for a completion; the model list answers as healthy.
-- ``webhook``: 200 to any POST, each delivery's arrival (wall clock) and size recorded.
+- ``webhook``: 200 to any POST, each delivery's arrival (wall clock), size and document
+  recorded.
 
 ``GET /_bench/stats`` answers in every mode: requests per path, bytes sent, the deliveries.
 """
@@ -45,7 +46,8 @@ class Upstream:
         self.cap_chars = cap_chars
         self.requests: Counter[str] = Counter()
         self.bytes_sent = 0
-        self.deliveries: list[tuple[float, int]] = []  # (time.time() at arrival, body bytes)
+        # (time.time() at arrival, body bytes, the notice's document)
+        self.deliveries: list[tuple[float, int, str]] = []
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -58,7 +60,7 @@ class Upstream:
                 if path == "/_bench/stats":
                     await self._json(writer, 200, self.stats())
                 elif self.mode == "webhook":
-                    self.deliveries.append((time.time(), len(body)))
+                    self.deliveries.append((time.time(), len(body), _document_of(body)))
                     await self._json(writer, 200, {"ok": True})
                 elif path.endswith("/models"):
                     await self._models(reader, writer)
@@ -185,6 +187,14 @@ def _event(chat: bool, text: str, finish: str | None = None) -> bytes:
         choice = {"index": 0, "text": text, "logprobs": None}
     choice["finish_reason"] = finish
     return b"data: " + json.dumps({"object": "bench", "choices": [choice]}).encode() + b"\n\n"
+
+
+def _document_of(body: bytes) -> str:
+    try:
+        notice = json.loads(body)
+    except ValueError:
+        return ""
+    return str(notice.get("document", "")) if isinstance(notice, dict) else ""
 
 
 def _max_tokens(body: bytes) -> int:

@@ -279,7 +279,7 @@ async def render_webhook(
         await _deliveries_past(server.settings, 0, timeout)
 
         async def strike(it: FiguredStrike) -> str:
-            seen = len((await receiver_stats(server.settings))["deliveries"])
+            seen = len(await _deliveries(server.settings))
             sent = time.time()
             # The owner holds no copy of the tree: a keystroke in the plain text changes the
             # document all the same, and a rich document's notice is its tree's text.
@@ -295,15 +295,22 @@ async def render_webhook(
 async def _deliveries_past(
     settings: dict[str, object], seen: int, timeout: float
 ) -> tuple[float, int]:
-    """The first delivery after the ``seen`` first: (its arrival, wall clock; its bytes)."""
+    """The big document's first delivery after its ``seen`` first: (its arrival, wall clock;
+    its bytes)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        deliveries = (await receiver_stats(settings))["deliveries"]
+        deliveries = await _deliveries(settings)
         if len(deliveries) > seen:
             at, size = deliveries[seen]
-            return float(at), int(size)
+            return at, size
         await asyncio.sleep(0.02)  # the receiver is another process: ask it again
     raise TimeoutError(f"no webhook delivery in {timeout:.0f} s")
+
+
+async def _deliveries(settings: dict[str, object]) -> list[tuple[float, int]]:
+    """The big document's notices so far (the bystander's document has its own)."""
+    deliveries = (await receiver_stats(settings))["deliveries"]
+    return [(float(at), int(size)) for at, size, name in deliveries if name == RICH_DOC]
 
 
 # ---- content lost or made unsafe ----------------------------------------------------------
