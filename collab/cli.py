@@ -36,7 +36,11 @@ _CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback 
 _CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
 _STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
 _SHAPES_HELP = "what one adversarial update costs on the receive and load paths, as N grows"
-_ATTACKS_HELP = "the event-loop stall each issue-26 attack causes, checkout against checkout"
+_ATTACKS_HELP = (
+    "what each hostile input costs everyone else (loop lag, bystanders, RSS), checkout against"
+    " checkout: the update, flood and slow-client shapes, and the rich-text, Markdown, AI and"
+    " model-server ones"
+)
 _RICH_AI_HELP = "time to first token on a rich (Tiptap) document vs the same text as plain"
 
 
