@@ -50,11 +50,14 @@ class ImportRefused(Exception):
         self.limit = limit
 
 
-def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[int]:
+def import_update(
+    room: Room, update: bytes, origin: object, *, under_way: bool = False
+) -> asyncio.Future[int]:
     """Apply a Yjs update to ``room`` as one change; raises ImportRefused (nothing applied),
-    at once or, for a big update read in a worker thread first, from the future."""
+    at once or, for a big update read in a worker thread first, from the future.
+    ``under_way``: the request already had work done in the imports pool (a tree built)."""
     if reads_off_loop(update):
-        return asyncio.ensure_future(_import_off_loop(room, update, origin))
+        return asyncio.ensure_future(_import_off_loop(room, update, origin, under_way))
     try:
         read = scan_merged(update)  # runs merged, as on the socket path
     except MalformedUpdate as exc:
@@ -62,24 +65,24 @@ def import_update(room: Room, update: bytes, origin: object) -> asyncio.Future[i
     return _import(room, read, origin)
 
 
-async def _import_off_loop(room: Room, update: bytes, origin: object) -> int:
+async def _import_off_loop(room: Room, update: bytes, origin: object, under_way: bool) -> int:
+    # An import's later jobs go ahead of requests still waiting for their first: each one
+    # admitted finishes before the next starts, rather than all of them at the end.
+    imports = pools.current().imports
     with full_collections_held():  # its objects would make each full pass long
         try:
-            read = await read_update(update, pools.current().imports, first=False)
+            read = await read_update(update, imports, first=under_way)
         except MalformedUpdate as exc:
             raise ImportRefused("malformed", f"malformed update: {exc}") from exc
         if not wants_slices(*read):
             return await _import(room, read, origin)
         # Many structs: applied in slices, the loop free between them, as on the socket path.
-        imports = pools.current().imports
-        sliced = await imports.run(slice_update, *read, first=False)
+        sliced = await imports.run(slice_update, *read)
         if sliced is None:
             raise ImportRefused("malformed", "update refused: its structs cannot be put in order")
         pieces = None
         if len(read[0]) > room.settings.max_message_bytes:  # the peers' copy, cut off the loop
-            pieces = await imports.run(
-                broadcast_pieces, read[0], room.settings.max_message_bytes, first=False
-            )
+            pieces = await imports.run(broadcast_pieces, read[0], room.settings.max_message_bytes)
         try:
             return await room.import_sliced(read[0], sliced, origin, pieces)
         except (InvalidUpdate, UpdateRefused) as exc:
@@ -146,7 +149,7 @@ async def set_tree(
     with full_collections_held(), charge:
         imports = pools.current().imports
         update = await imports.run(_tree_update, room.doc.get_update(), blocks, name, first=False)
-        return await import_update(room, update, origin)
+        return await import_update(room, update, origin, under_way=True)
 
 
 async def _charged(settings: RoomSettings, markdown: str) -> tuple[MarkdownSource, Charge]:

@@ -7,12 +7,13 @@ wait for them: another user's readonly GET of an unloaded document timed out aft
 new editor's open got no sync in 20 s (issue 37). Here each concern has threads of its own.
 
 A pool runs ``workers`` jobs at once; the others wait in two lanes: jobs someone is already
-waiting on at the socket (an editor's open, a peer's update, a webhook) go first, REST work
-after. REST work is admitted through a ``Reservation`` held for the whole request: past
-``workers + queue`` of them, ``reserve`` raises ``PoolFull`` at once (REST answers 503 with
-``Retry-After``), so what a flood of one kind can queue is bounded, and it never delays
-another pool. Socket-path work is never refused: it is bounded by the connections themselves
-(each awaits its own job before its next frame).
+waiting on at the socket (an editor's open, a peer's update, a webhook), and the later jobs of
+a REST request under way, go first; REST requests' first jobs after. REST work is admitted
+through a ``Reservation`` held for the whole request: past ``workers + queue`` of them,
+``reserve`` raises ``PoolFull`` at once (REST answers 503 with ``Retry-After``), so what a
+flood of one kind can queue is bounded, and it never delays another pool. Socket-path work is
+never refused: it is bounded by the connections themselves (each awaits its own job before
+its next frame).
 
 A job's slot is given back when its thread finishes, not when its awaiter is cancelled, so
 ``workers`` bounds the threads really busy. Loop side: the lanes and counts are changed only
@@ -122,8 +123,9 @@ class Pool:
         self._request_s = 0.8 * self._request_s + 0.2 * (time.monotonic() - place.since)
 
     async def run(self, fn: Callable[..., T], *args: Any, first: bool = True) -> T:
-        """``fn(*args)`` in one of this pool's threads; ``first``: ahead of REST work (an
-        editor or a peer waits on it at the socket)."""
+        """``fn(*args)`` in one of this pool's threads; ``first``: ahead of REST requests
+        not started yet (an editor or a peer waits on it at the socket, or it finishes a
+        request under way)."""
         await self._slot(first)
         loop = asyncio.get_running_loop()
         try:
