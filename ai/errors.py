@@ -9,6 +9,9 @@ AiError                        a suggestion request failed; ``code`` goes on the
 └── ProviderError              the model provider failed
     ├── ProviderTimeout        it did not answer in time
     ├── ProviderUnavailable    it cannot be reached or refused the request
+    │   └── UpstreamDown       a model upstream is down, overloaded (429) or silent before
+    │                          its first token: the pool moves the request on
+    │                          (``ai.model.providers.openai``)
     └── ModelUnavailable       the model worker died, hung or is off: AI is unavailable
                                for now (sync goes on; the reason says why)
 """

@@ -1,8 +1,8 @@
 """Whether AI works right now, for ``/health`` and for the editors that asked (``status``).
 
-The state comes from whoever knows it (the model worker's supervisor, or an upstream provider
-that is always "ready" as far as the server can tell); editors subscribed with ``status`` hear
-every change on their document's channel. One subscription per editor per document: bounded
+The state comes from whoever knows it (the model worker's supervisor, or the pool of model
+upstreams: ``degraded`` while none is up); editors subscribed with ``status`` hear every
+change on their document's channel. One subscription per editor per document: bounded
 by the peers that exist.
 """
 
