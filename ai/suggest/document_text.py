@@ -46,6 +46,7 @@ MAX_STRUCTURAL = 16  # top-level blocks inserted or deleted by one update
 # server's own edits) carries every delete the document ever had, not only its own.
 MAX_SEEN_DELETES = 16_384
 MAX_DEPTH = 256
+MAX_KNOWN_BLOCKS = 4_096
 _UNKNOWN = ("unknown", (0, 0))
 
 
@@ -69,6 +70,7 @@ class DocumentText:
         self._touched_by: dict[int, ID] = {}  # peer id → the block its last update touched
         self._rich: bool | None = None  # whether the document is rich, until it changes
         self._seen_deletes: set[tuple[int, int, int]] = set()
+        self._hashes: dict[ID, int] = {}  # top-level block → its native node's hash
 
     # ---- following updates ------------------------------------------------------------------
 
@@ -244,7 +246,12 @@ class DocumentText:
         return self._window(doc, where, before, after)[0]
 
     def _window(
-        self, doc: Doc, where: Where | None, before: int | None, after: int
+        self,
+        doc: Doc,
+        where: Where | None,
+        before: int | None,
+        after: int,
+        node: Any = None,
     ) -> tuple[Reading, int]:
         """``around``'s reading, and the index of the block it is around (0: plain)."""
         self._adopt(doc)
@@ -265,18 +272,39 @@ class DocumentText:
                 # One walk: a touched block deleted since would only make a block be read
                 # again (a followed delete already moved the renderings along).
                 lambda ident: child_offset(native, ident),
+                node,
             )
         return Reading(view.text, view), center
 
     def at(
-        self, doc: Doc, top: int, ident: ID | None = None, *, before: int | None = None
+        self,
+        doc: Doc,
+        top: int,
+        ident: ID | None = None,
+        digest: int | None = None,
+        *,
+        node: Any = None,
+        before: int | None = None,
     ) -> Reading:
         """The window around top-level block ``top`` (a cursor just found there: ``ident`` is
-        the block's item, when known)."""
+        the block's item, ``digest`` its node's hash and ``node`` the node, when known; the
+        node only if no change came since it was found)."""
         self._adopt(doc)
         if ident is not None:
             self.reader.learn(ident, top)
-        return self.around(doc, Where(top, self.reader.epoch, ident), before=before)
+            if digest is not None:
+                if len(self._hashes) >= MAX_KNOWN_BLOCKS:
+                    self._hashes.clear()
+                self._hashes[ident] = digest
+        where = Where(top, self.reader.epoch, ident)
+        return self._window(doc, where, before, AFTER_CHARS, node)[0]
+
+    def seen(self, ident: ID) -> tuple[int, int] | None:
+        """Where top-level block ``ident`` was last seen and its node's hash, if known: a hint
+        for ``relative.locate``, which checks it."""
+        index = self.reader.known_index(ident)
+        digest = self._hashes.get(ident)
+        return None if index is None or digest is None else (index, digest)
 
     def find(
         self,

@@ -281,7 +281,7 @@ def _cursor(room: Room, state: RoomState, request: Suggest) -> tuple[Reading, in
             raise BadRequest(_RICH_NEEDS_ANCHORS)
         reading = document.around(room.doc, None)
         return reading, utf16_to_index(reading.text, request.pos)
-    return _view_index(room, state, _place(room, request.anchor))
+    return _view_index(room, state, _place(room, state, request.anchor))
 
 
 def _around_path(room: Room, state: RoomState, path: tuple[int, ...]) -> Reading:
@@ -317,7 +317,7 @@ def _selection(room: Room, state: RoomState, request: Suggest) -> tuple[Reading,
         text = reading.text
         return reading, utf16_to_index(text, request.start), utf16_to_index(text, request.end)
     assert request.anchor_end is not None
-    start, end = _place(room, request.anchor), _place(room, request.anchor_end)
+    start, end = _place(room, state, request.anchor), _place(room, state, request.anchor_end)
     if (start.root, start.path) != (end.root, end.path):
         raise BadRequest(
             "a rewrite's selection must lie within one block (a paragraph, a heading or a list"
@@ -329,13 +329,15 @@ def _selection(room: Room, state: RoomState, request: Suggest) -> tuple[Reading,
     return reading, begin, begin + end.offset - start.offset
 
 
-def _place(room: Room, encoded: str) -> Place:
-    """A client's base64 Yjs relative position, resolved against the live document."""
+def _place(room: Room, state: RoomState, encoded: str) -> Place:
+    """A client's base64 Yjs relative position, resolved against the live document (its
+    block found where the AI last saw it, when it is still there)."""
     try:
         position = decode_relative_position(base64.b64decode(encoded, validate=True))
     except (binascii.Error, DecodeError) as exc:
         raise BadRequest(f"'anchor' is not a Yjs relative position: {exc}") from exc
-    return locate(room.doc, position, room.guard, room.settings.rich_fragment, TEXT_NAME)
+    fragment, seen = room.settings.rich_fragment, state.document.seen
+    return locate(room.doc, position, room.guard, fragment, TEXT_NAME, seen)
 
 
 def _view_index(room: Room, state: RoomState, place: Place) -> tuple[Reading, int]:
@@ -346,7 +348,9 @@ def _view_index(room: Room, state: RoomState, place: Place) -> tuple[Reading, in
         return document.around(room.doc, None), place.offset
     if place.root == TEXT_NAME:
         raise BadRequest("the anchor is in 'content', but this document is rich text")
-    reading = document.at(room.doc, place.path[0], place.block)
+    # Found this very moment (no change since): the window takes the block's node as is.
+    top, node = place.path[0], place.block_node
+    reading = document.at(room.doc, top, place.block, place.block_hash, node=node)
     slot = reading.view.slot_of(place.path) if reading.view is not None else None
     if not _fits(slot, place):
         # Renderings that disagree with the tree (an update not followed): read afresh once.

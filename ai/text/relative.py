@@ -19,6 +19,7 @@ text itself costs a walk per level of the tree (one, for a live character's ance
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -64,17 +65,31 @@ class Place:
     block: ID | None = field(default=None, compare=False)
     # The text it is in, as the tree holds it now (what a kept rendering must still say).
     text: str | None = field(default=None, compare=False, repr=False)
+    block_hash: int | None = field(default=None, compare=False)  # ``BlockHint``'s hash
+    # The block's native node: read it at once (before the document next changes), or never.
+    block_node: Any = field(default=None, compare=False, repr=False)
+
+
+# Where a top-level block was last seen: its index and its native node's hash (pycrdt hashes
+# a node by its item's ID), or None. A hint that proves itself: a block found at that index
+# with that hash is the block, without walking the fragment to it.
+BlockHint = Callable[[ID], tuple[int, int] | None]
 
 
 def locate(
-    doc: Doc, position: RelativePosition, items: ItemIndex, rich_root: str, plain_root: str
+    doc: Doc,
+    position: RelativePosition,
+    items: ItemIndex,
+    rich_root: str,
+    plain_root: str,
+    seen: BlockHint | None = None,
 ) -> Place:
     """Where ``position`` is in ``doc`` now; ``BadRequest`` (safe to show) when it is not in a
-    text of either root."""
+    text of either root. ``seen`` may say where its top-level block was last seen."""
     with doc.transaction() as txn:
         native = txn._txn
         assert native is not None
-        return _Locator(doc, native, items, rich_root, plain_root).place(position)
+        return _Locator(doc, native, items, rich_root, plain_root, seen).place(position)
 
 
 def child_index(txn: Any, ident: ID) -> int | None:
@@ -95,23 +110,41 @@ def child_offset(txn: Any, ident: ID) -> int | None:
 
 class _Locator:
     def __init__(
-        self, doc: Doc, txn: Any, items: ItemIndex, rich_root: str, plain_root: str
+        self,
+        doc: Doc,
+        txn: Any,
+        items: ItemIndex,
+        rich_root: str,
+        plain_root: str,
+        seen: BlockHint | None = None,
     ) -> None:
         self.doc = doc
         self.txn = txn
         self.items = items
         self.rich_root = rich_root
         self.plain_root = plain_root
+        self.seen = seen
         self.block: ID | None = None  # the top-level block the position is in, once found
+        self.block_hash: int | None = None  # its native node's hash
+        self.block_node: Any = None
         self.text: str | None = None  # the text the place is in, once read
+        # The whole resolution's budget: finding the text's walks count against it too.
+        self.deadline = time.perf_counter() + STEP_BUDGET_SECONDS
         self._offsets: dict[tuple[ID, int], int | None] = {}  # each walk made once
 
     def place(self, position: RelativePosition) -> Place:
-        self.block = self.text = None
+        self.block = self.text = self.block_hash = self.block_node = None
         place = self._place(position)
         if self.block is None or place.root != self.rich_root:
             return place
-        return replace(place, block=self.block, text=self.text if place.holds_text else "")
+        text = self.text if place.holds_text else ""
+        return replace(
+            place,
+            block=self.block,
+            block_hash=self.block_hash,
+            block_node=self.block_node,
+            text=text,
+        )
 
     def _place(self, position: RelativePosition) -> Place:
         if position.tname is not None:
@@ -168,14 +201,30 @@ class _Locator:
             parent = self._parent(parent)
         if parent != self.rich_root or self.rich_root not in self.doc.keys():
             raise BadRequest(_NOT_IN_TEXT)
-        path = tuple(self._index_in_parent(ident, alive=alive) for ident in reversed(chain))
-        node: Any = self.doc.get(self.rich_root, type=XmlFragment).integrated
-        for index in path:
+        fragment: Any = self.doc.get(self.rich_root, type=XmlFragment).integrated
+        top, block = self._top(fragment, chain[-1], alive)
+        inner = tuple(self._index_in_parent(ident, alive=alive) for ident in reversed(chain[:-1]))
+        node = block
+        for index in inner:
             if isinstance(node, NativeText) or index >= node.len(self.txn):
                 raise BadRequest(_ANCHOR_GONE)
             node = node.get(self.txn, index)
-        self.block = chain[-1]
-        return parent, path, node
+        self.block, self.block_hash, self.block_node = chain[-1], hash(block), block
+        return parent, (top, *inner), node
+
+    def _top(self, fragment: Any, ident: ID, alive: bool) -> tuple[int, Any]:
+        """The index and native node of top-level block ``ident``: where it was last seen if
+        the node there is it, else found by walking the fragment."""
+        hint = self.seen(ident) if self.seen is not None else None
+        count = fragment.len(self.txn)
+        if hint is not None and 0 <= hint[0] < count:
+            node = fragment.get(self.txn, hint[0])
+            if hash(node) == hint[1]:
+                return hint[0], node
+        index = self._index_in_parent(ident, alive=alive)
+        if index >= count:
+            raise BadRequest(_ANCHOR_GONE)
+        return index, fragment.get(self.txn, index)
 
     def _index_in_parent(self, ident: ID, *, alive: bool = False) -> int:
         """A child's index among its parent's children (each child counts one in yrs), or
@@ -255,17 +304,20 @@ class _Locator:
     ) -> tuple[int, bool]:
         client, clock = item
         steps = 0
-        deadline = time.perf_counter() + STEP_BUDGET_SECONDS
         while steps < clock:
             # Every step walks the text's items twice (milliseconds, in a text of very many):
             # the clock is read before each.
-            if steps >= MAX_STEPS or time.perf_counter() > deadline:
+            if steps >= MAX_STEPS or time.perf_counter() > self.deadline:
                 raise BadRequest(_TOO_COSTLY)
             previous = (client, clock - steps - 1)
             if self.items.parent_of(previous) != parent:
                 break
             offset = self._offset(previous, 0)
-            if offset != here - steps - 1 or self._offset(previous, -1) != offset + 1:
+            if offset != here - steps - 1:
+                break
+            if time.perf_counter() > self.deadline:
+                raise BadRequest(_TOO_COSTLY)
+            if self._offset(previous, -1) != offset + 1:
                 break
             steps += 1
         # ``steps`` UTF-16 units of the item lie before the character; the items before it

@@ -286,10 +286,12 @@ class RichReader:
         before: int,
         after: int,
         index_of: Any,
+        node: Any = None,
     ) -> View:
         """The blocks around top-level block ``center``: before it until ``before``
         characters (or the first block), after it until ``after`` (or the last), plus the
-        opening block; ``index_of(ident)`` finds a touched block's index (None: deleted)."""
+        opening block; ``index_of(ident)`` finds a touched block's index (None: deleted).
+        ``node``: ``center``'s native node, if the caller has it at hand (no walk to it)."""
         count = fragment.len(txn)
         if count != self._length:
             self.reset()  # a change that was not followed: nothing kept can be trusted
@@ -304,6 +306,8 @@ class RichReader:
             return View("", [], [], [])
         center = min(max(center, 0), count - 1)
         fetch = _Fetcher(self, fragment, txn, count)
+        if node is not None and center not in self._near:
+            fetch._render(center, node)
         fetch.fill(center, center)
         low, chars = center, 0
         while low > 0 and chars < before and center - low < MAX_BLOCKS_BEFORE:

@@ -254,3 +254,35 @@ def test_resolving_an_anchor_reads_the_clock_before_every_step(
     monkeypatch.setattr(relative.time, "perf_counter", lambda: 0.0)
     near = RelativePosition(item=(writer.client_id, 12))
     assert locate(served.doc, near, served.guard, "default", "content").offset == 12
+
+
+def test_a_block_seen_before_is_found_without_walking_to_it_and_a_wrong_hint_is_not_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    update = rich_update([sentence(n) for n in range(2_000)])
+    served = Served(update)
+    editor = Editor(served, update)
+    clock = editor.type_at_end(1_500, " typed")
+    position = RelativePosition(item=(editor.doc.client_id, clock), assoc=-1)
+    walks = [0]
+    walk = relative._offset
+
+    def counted_walk(*args):  # type: ignore[no-untyped-def]
+        walks[0] += 1
+        return walk(*args)
+
+    monkeypatch.setattr(relative, "_offset", counted_walk)
+
+    def located(seen) -> tuple[relative.Place, int]:  # type: ignore[no-untyped-def]
+        walks[0] = 0
+        found = locate(served.doc, position, served.guard, "default", "content", seen)
+        return found, walks[0]
+
+    place, walked = located(None)
+    assert place.path == (1_500, 0) and place.offset == len(sentence(1_500) + " typed")
+    assert place.block_hash is not None
+    digest = place.block_hash
+    hinted, fewer = located(lambda ident: (1_500, digest) if ident == place.block else None)
+    assert hinted == place and fewer == walked - 1  # no walk of the fragment to block 1,500
+    for wrong in ((1_499, digest), (1_500, digest + 1), (5_000, digest)):
+        assert located(lambda ident, wrong=wrong: wrong) == (place, walked)
