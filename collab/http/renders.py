@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING
 
 from pycrdt import Doc
 
+from ..content.reading import Content
 from ..rooms.document_edits import content_of_state
 from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
+from ..runtime.heap import give_back_freed
 from ..runtime.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ FORMATS = ("json", "text", "markdown", "html")
 
 # What a kept render costs beyond its body (its key, the entry, the dict's slot).
 _ENTRY_BYTES = 256
+# A render of a state this big gives what it freed back to the system (collab.runtime.heap).
+_TRIM_AFTER_BYTES = 1024 * 1024
 # Loaded documents' states recognised without a snapshot: (room, state vector, delete set)
 # digests, each naming a state digest.
 _ROOM_STATES = 4096
@@ -173,8 +177,14 @@ def _state_key(doc: Doc) -> bytes:
 
 def render_state(state: bytes, rich_name: str, export: str) -> Rendered:
     """Apply ``state`` to a new document and render it (in a worker thread: the document is
-    this call's own)."""
-    content = content_of_state(state, rich_name)
+    this call's own); after a big one, what it freed goes back to the system."""
+    rendered = _render(content_of_state(state, rich_name), export)
+    if len(state) >= _TRIM_AFTER_BYTES:
+        give_back_freed()
+    return rendered
+
+
+def _render(content: Content, export: str) -> Rendered:
     if export == "json":
         return Rendered(content.kind, json.dumps(content.text(), ensure_ascii=False).encode())
     if export == "markdown":
