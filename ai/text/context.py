@@ -241,7 +241,8 @@ class ContextBuilder:
         here = regions.region_at(max(at - 1, 0))
         # The cursor's paragraph: always fresh, last; its end only, for a very long one, leaving
         # the opening paragraph its share of the budget.
-        room = self.budget_tokens - (self.opening_tokens if here > 0 else 0)
+        opening = min(self.opening_tokens, parts[0].tokens) if here > 0 else 0
+        room = self.budget_tokens - opening
         window = local[tail_start(local, parts[here].start, at, room) : at]
         place = parts[here - 1].key if here > 0 else b""
         now = time.monotonic()
@@ -253,8 +254,8 @@ class ContextBuilder:
         else:
             previous = memo.order if memo is not None else ()
             fill = self.fill if memo is not None else 1.0
-            order, used, forced = self._context(parts, here, now, previous, fill)
-            context = "".join(self._clip(parts[i].text, forced and i == 0) for i in order)
+            order, used, share = self._context(parts, here, now, previous, fill)
+            context = "".join(self._clip(parts[i].text, share if i == 0 else 0) for i in order)
             if memo is not None:
                 keys = tuple(parts[i].key for i in order)
                 memo.remember(context, used, place, now, keys)
@@ -266,19 +267,23 @@ class ContextBuilder:
         """What of ``text`` a prompt at ``cursor`` may use, cut before anything else reads
         it, and the cursor's index there: the paragraphs that start within ``context_chars``
         before the cursor (the cursor's own from there, if it is longer) up to the cursor, after
-        the document's opening paragraph (or, if that is longer than ``context_chars``, its
-        first ``opening_tokens``' worth, as a paragraph of its own)."""
+        the document's opening paragraph (or, if that is longer than ``context_chars``, the
+        most of it a prompt could hold, as a paragraph of its own)."""
         start = max(0, cursor - self.context_chars)
         if start == 0:
             return text[:cursor], cursor
         cut = text.find(SEPARATOR, start - 1, cursor)
-        if cut >= 0:
-            begin = _past_newlines(text, cut + len(SEPARATOR), cursor)
-            if begin < cursor:  # else the cursor starts a paragraph: the one before is its
-                start = begin
+        begin = _past_newlines(text, cut + len(SEPARATOR), cursor) if cut >= 0 else cursor
+        if begin < cursor:
+            start = begin
+        else:
+            # The cursor's paragraph (or the one it starts after) is longer than any prompt
+            # could use: one character more makes its count an estimate (``bounded_count``),
+            # not the tokenizer's reading of thousands of characters on every request.
+            start -= 1
         first = text.find(SEPARATOR, 0, min(start, self.context_chars))
         if first < 0:
-            opening = text[: head_end(text, self.opening_tokens)] + SEPARATOR
+            opening = text[: head_end(text, self.budget_tokens)] + SEPARATOR
         else:
             end = _past_newlines(text, first + len(SEPARATOR), start)
             if end >= start:
@@ -313,15 +318,16 @@ class ContextBuilder:
         now: float,
         previous: tuple[bytes, ...] = (),
         fill: float = 1.0,
-    ) -> tuple[list[int], int, bool]:
-        """The context's paragraphs in prompt order, their tokens, and whether the opening
-        one is in only because it always is. First the ``previous`` prompt's
+    ) -> tuple[list[int], int, int]:
+        """The context's paragraphs in prompt order, their tokens, and the opening one's share
+        of the budget if it is in only because it always is (else 0). First the ``previous``
+        prompt's
         paragraphs that are unchanged, in their old order: up to the first change the model
         has them evaluated already, and the order stays put for next time. Then the changed
         and new ones: stable paragraphs, then those edited in the last HOT_SECONDS (each group
         in document order). Another editor typing above the cursor so invalidates only the
         tail of the prompt, not everything after the fixed prefix."""
-        chosen, used, forced = self._context_regions(parts, here, fill)
+        chosen, used, share = self._context_regions(parts, here, fill)
         left: dict[bytes, list[int]] = {}
         for i in chosen:
             left.setdefault(parts[i].key, []).append(i)  # a paragraph may appear twice
@@ -329,13 +335,14 @@ class ContextBuilder:
         rest = sorted(i for indexes in left.values() for i in indexes)
         order += [i for i in rest if now - parts[i].born > HOT_SECONDS]
         order += [i for i in rest if now - parts[i].born <= HOT_SECONDS]
-        return order, used, forced
+        return order, used, share
 
     def _context_regions(
         self, parts: list[Region], here: int, fill: float = 1.0
-    ) -> tuple[list[int], int, bool]:
-        """Paragraphs before the cursor's, nearest first, within budget; plus the opening one
-        (cut to ``opening_tokens`` when it did not fit: the third value says so)."""
+    ) -> tuple[list[int], int, int]:
+        """Paragraphs before the cursor's, nearest first, within budget; plus the opening one,
+        which when it did not fit gets what is left, at least ``opening_tokens`` (its share:
+        the third value, else 0)."""
         budget = int(fill * self.budget_tokens) - parts[here].tokens
         chosen: list[int] = []
         used = 0
@@ -344,17 +351,17 @@ class ContextBuilder:
                 break
             chosen.append(i)
             used += parts[i].tokens
-        forced = here > 0 and 0 not in chosen
-        if forced:
+        share = 0
+        if here > 0 and 0 not in chosen:
             chosen.append(0)  # the title or opening paragraph says what the document is
-            used += min(parts[0].tokens, self.opening_tokens)
-        return sorted(chosen), used, forced
+            share = max(self.opening_tokens, budget - used)
+            used += min(parts[0].tokens, share)
+        return sorted(chosen), used, share
 
-    def _clip(self, paragraph: str, opening: bool = False) -> str:
+    def _clip(self, paragraph: str, share: int = 0) -> str:
         """A context paragraph's opening, for one longer than a prompt may be (the opening
-        paragraph is always chosen, whatever its length: then to its share)."""
-        most = self.opening_tokens if opening else self.budget_tokens
-        return paragraph[: head_end(paragraph, most)]
+        paragraph is always chosen, whatever its length: then to its ``share``)."""
+        return paragraph[: head_end(paragraph, share or self.budget_tokens)]
 
     def rewrite(self, text: str, start: int, end: int) -> BuiltPrompt:
         if end - start > self.max_chars or most_tokens(text[start:end]) > self.budget_tokens:

@@ -210,7 +210,13 @@ def test_a_prompt_in_a_2_mb_paragraph_is_cut_before_anything_reads_it() -> None:
 
     builder = ContextBuilder(counted, budget_tokens=700)
     paragraph = " ".join(sentence(n) for n in range(40_000))[:2_000_000]
-    for text in ("Title\n\n" + paragraph, paragraph + "\n\nThe writer types here", paragraph):
+    shapes = (
+        "Title\n\n" + paragraph,
+        paragraph + "\n\nThe writer types here",
+        paragraph,
+        paragraph + "\n\n" + paragraph,  # was two budgets' worth: the opening's and the cursor's
+    )
+    for text in shapes:
         read.clear()
         regions = RegionIndex(counted)
         prompt = builder.complete(regions, text, len(text))
