@@ -2,8 +2,10 @@
 
 Per keystroke the sync path only calls ``mark_dirty`` (O(1)); pycrdt's delta events cost grows
 with the document, so we never read them. When a suggestion needs context, ``refresh`` splits
-the current text and reuses every region whose text is unchanged (looked up by content), so
-token counts, and the cache's embeddings, are computed only for regions that changed. A
+the text it is given (the context builder's cut of the document near the cursor: a few
+thousand characters, whatever the document's size) and reuses every region whose text is
+unchanged (looked up by content), so token counts, and the cache's embeddings, are computed
+only for regions that changed. A
 region's tokens are counted when first asked for: the context builder asks only for the
 paragraphs near the cursor that fit its budget and the opening one, so an exact tokenizer
 (``ai.model.token_counter``) reads those, never the whole document (1 MB of text would hold
