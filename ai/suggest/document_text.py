@@ -99,6 +99,10 @@ class DocumentText:
         if not followed:
             self.reader.reset()
 
+    def forget_block(self, top: int) -> None:
+        """Top-level block ``top``'s rendering disagrees with the tree: read it again."""
+        self.reader.forget(top)
+
     def touched_by(self, peer_id: int) -> ID | None:
         """The top-level block the editor's last followed update touched."""
         return self._touched_by.get(peer_id)

@@ -261,6 +261,10 @@ def _in_flight(state: RoomState, suggestion: Suggestion) -> tuple[Flight, int, s
     return None
 
 
+_IN_INLINE_NODE = (
+    "the anchor is in text inside an inline node (a mention's label, say): suggestions go in a"
+    " block's own text"
+)
 _RICH_NEEDS_ANCHORS = (
     "this is a rich-text document: send 'anchor' (a Yjs relative position in one of its"
     " Y.XmlText), not 'pos'"
@@ -353,10 +357,13 @@ def _view_index(room: Room, state: RoomState, place: Place) -> tuple[Reading, in
     reading = document.at(room.doc, top, place.block, place.block_hash, node=node)
     slot = reading.view.slot_of(place.path) if reading.view is not None else None
     if not _fits(slot, place):
-        # Renderings that disagree with the tree (an update not followed): read afresh once.
-        document.mark_dirty()
-        reading = document.at(room.doc, place.path[0], place.block)
+        # A rendering that disagrees with the tree (an update not followed): the block is read
+        # afresh once, at once, with the node just found.
+        document.forget_block(top)
+        reading = document.at(room.doc, top, place.block, place.block_hash, node=node)
         slot = reading.view.slot_of(place.path) if reading.view is not None else None
+        if slot is None:
+            raise BadRequest(_IN_INLINE_NODE)
         if not _fits(slot, place):
             raise BadRequest("the anchor's text changed; ask again")
     assert slot is not None

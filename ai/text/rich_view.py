@@ -143,6 +143,7 @@ MAX_RENDERINGS = 4_096
 MAX_KNOWN_IDS = 4_096
 MAX_PENDING_TOUCHES = 16
 MAX_PREVIOUS = 32
+MAX_PREVIOUS_CHARS = 64 * 1024  # a longer block's old text is not kept
 MAX_LOG = 1_024
 # A walk of the fragment's children costs about this many times less per block than making
 # a native object for one (8 ns against 1 us, measured here): a cold window's blocks come as
@@ -207,6 +208,10 @@ class RichReader:
         self._touched.add(ident)
         if len(self._touched) > MAX_PENDING_TOUCHES:
             self.reset()
+
+    def forget(self, index: int) -> None:
+        """Read top-level block ``index`` again when next asked for."""
+        self._near.pop(index, None)
 
     def inserted(self, index: int) -> None:
         """A top-level block now at ``index`` was inserted (blocks from there on moved down)."""
@@ -342,8 +347,10 @@ class RichReader:
 
     def _forget(self, ident: ID, index: int) -> None:
         old = self._near.pop(index, None)
-        if old is not None:
-            self._previous.pop(ident, None)
+        if old is None:
+            return
+        self._previous.pop(ident, None)
+        if len(old.text) <= MAX_PREVIOUS_CHARS:
             self._previous[ident] = old.text
             if len(self._previous) > MAX_PREVIOUS:
                 self._previous.pop(next(iter(self._previous)))

@@ -138,17 +138,89 @@ async def test_an_anchor_beside_an_inline_node_is_refused_before_anything_is_rea
         native, raw = fragment.integrated, txn._txn
         for number in reversed(range(2_000)):
             native.insert_element_prelim(raw, 0, "paragraph").insert_str(raw, 0, sentence(number))
-        paragraph = native.insert_element_prelim(raw, 2_000, "paragraph")
-        paragraph.insert_element_prelim(raw, 0, "mention")
+    clock = scan_update(writer.get_update()).ends[writer.client_id]
+    with writer.transaction() as txn:
+        native, raw = fragment.integrated, txn._txn
+        paragraph = native.insert_element_prelim(raw, 2_000, "paragraph")  # clock
+        paragraph.insert_element_prelim(raw, 0, "mention")  # + 1: no text on either side
+        labelled = native.insert_element_prelim(raw, 2_001, "paragraph")  # + 2
+        labelled.insert_str(raw, 0, "See ")  # + 3, its text + 4 to + 7
+        mentioned = labelled.insert_element_prelim(raw, 1, "mention")  # + 8
+        mentioned.insert_str(raw, 0, "Ada Lovelace")  # + 9, its text from + 10
     update = writer.get_update()
-    mention = next(
-        (item.client, item.clock) for item in reversed(scan_update(update).items) if item.makes_type
-    )
+    mention = (writer.client_id, clock + 1)
+    label = (writer.client_id, clock + 10)
     room = Room(update)
     peer = Peer(1)
+    document = engine.flights.room_state(room).document
     anchor = base64.b64encode(RelativePosition(item=mention).encode()).decode()
     await engine.on_stateless(room, peer, Suggest("inline", "complete", anchor=anchor).encode())
     _, end = await answer(peer, "inline")
     assert end["type"] == "suggestion.error" and end["code"] == "bad_request", end
-    assert "inline node" in end["message"]
-    assert engine.flights.room_state(room).document.reader.rendered == 0
+    assert "beside an inline node" in end["message"]
+    assert document.reader.rendered == 0
+    # A cursor in the text of an inline node (a mention's label): found, then refused; asked
+    # again, it costs one block, not a window, let alone the document.
+    anchor = base64.b64encode(RelativePosition(item=(label[0], label[1] + 4)).encode()).decode()
+    for attempt in range(2):
+        rendered = document.reader.rendered
+        request = Suggest(f"label{attempt}", "complete", anchor=anchor)
+        await engine.on_stateless(room, peer, request.encode())
+        _, end = await answer(peer, f"label{attempt}")
+        assert end["code"] == "bad_request" and "inside an inline node" in end["message"], end
+    assert document.reader.rendered - rendered == 1
+
+
+class Watched(ScriptedProvider):
+    """Scripted, and it says when it is asked."""
+
+    def __init__(self) -> None:
+        super().__init__([" and", " the", " tide"])
+        self.asked = asyncio.Event()
+
+    async def stream(self, request, cancel):  # type: ignore[no-untyped-def]
+        self.asked.set()
+        async for piece in super().stream(request, cancel):
+            yield piece
+
+
+async def test_after_a_fix_further_up_a_pause_prefetches_where_the_fix_ended(big: bytes) -> None:
+    """The server sees edits, not cursors: an editor that asked at the end, then fixed a word
+    a few paragraphs up and paused, is guessed to be at the fix's end (the block it touched,
+    its text before against after), as on a plain document."""
+    settings = AiSettings(stop_rule="tokens", heal=False, junk_filter=False, prefetch_seconds=0.05)
+    async with Scheduler(8) as scheduler:
+        provider = Watched()
+        ai = AiEngine(provider, scheduler, AiMetrics(CollectorRegistry()), settings)
+        room = Room(big)
+        editor = Doc()
+        editor.apply_update(big)
+        updates: list[bytes] = []
+        editor.observe(lambda event: updates.append(event.update))
+        fragment = editor.get("default", type=XmlFragment)
+        peer = Peer(1)
+
+        def typed(block: int, at: int, words: str) -> bytes:
+            fragment.children[block].children[0].insert(at, words)
+            update = updates.pop()
+            room.apply(update, peer)
+            ai.on_change(room, update, peer)
+            return update
+
+        last = PARAGRAPHS - 1
+        update = typed(last, len(sentence(last)), " x")
+        clock = scan_update(update).items[-1].clock + 1
+        anchor = RelativePosition(item=(editor.client_id, clock), assoc=-1).encode()
+        request = Suggest("asked", "complete", anchor=base64.b64encode(anchor).decode())
+        await ai.on_stateless(room, peer, request.encode())
+        await answer(peer, "asked")
+        provider.asked.clear()
+        typed(last - 5, len("The harbour keeper"), " gladly")  # a fix five paragraphs up
+        await asyncio.wait_for(provider.asked.wait(), 10)
+        prompt = provider.prompts[-1].prompt
+        # (" gladly" typed after "keeper" reads as "gladly " typed before " watched" too.)
+        assert prompt.endswith("The harbour keeper gladly "), prompt[-80:]
+        prefetch = ai.flights.rooms[room.name].prefetches[peer.peer_id]
+        assert prefetch.job is not None
+        await asyncio.wait([prefetch.job], timeout=10)  # its stream ends before the engine
+        ai.close()
