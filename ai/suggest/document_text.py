@@ -201,21 +201,30 @@ class DocumentText:
             return _UNKNOWN
         if isinstance(parent, str):
             return ("self", ident) if parent == self.rich_root else None
-        if parent not in tops:
-            tops[parent] = self._top(items, parent)
-        return tops[parent]
+        return self._top(items, parent, tops)
 
-    def _top(self, items: ItemIndex, node: ID) -> tuple[str, ID] | None:
+    def _top(
+        self, items: ItemIndex, node: ID, tops: dict[ID, tuple[str, ID] | None]
+    ) -> tuple[str, ID] | None:
+        """The top-level block holding type ``node`` (see ``_block_of``); every type climbed
+        through is remembered in ``tops``, so an update's items cost their distinct types."""
+        climbed: list[ID] = []
+        found: tuple[str, ID] | None = _UNKNOWN
         for _ in range(MAX_DEPTH):
-            if not items.knows(node):
-                return _UNKNOWN
-            up = items.parent_of(node)
+            if node in tops:
+                found = tops[node]
+                break
+            climbed.append(node)
+            up = items.parent_of(node) if items.knows(node) else None
             if up is None:
-                return _UNKNOWN
+                break
             if isinstance(up, str):
-                return ("in", node) if up == self.rich_root else None
+                found = ("in", node) if up == self.rich_root else None
+                break
             node = up
-        return _UNKNOWN
+        for ident in climbed:
+            tops[ident] = found
+        return found
 
     # ---- reading ------------------------------------------------------------------------------
 
