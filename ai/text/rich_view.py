@@ -394,8 +394,9 @@ class _Fetcher:
             nodes = [node]
             if isinstance(node, (NativeElement, NativeText)):
                 nodes += node.siblings(txn)[: missing[-1] - first]
+            wanted = set(missing)
             for offset, node in enumerate(nodes):
-                if first + offset in missing:
+                if first + offset in wanted:
                     self._render(first + offset, node)
             return
         for index in missing:
