@@ -128,7 +128,9 @@ class AiEngine:
         state.regions.mark_dirty()
         peer_id = getattr(origin, "peer_id", None)
         # O(update): what the update touched is read again when next asked for, nothing now.
-        state.document.changed(room.doc, update, getattr(room, "guard", None), peer_id)
+        # With an update pending in yrs, this one may integrate it too: nothing is followed.
+        items = None if getattr(room, "holds_pending", False) else getattr(room, "guard", None)
+        state.document.changed(room.doc, update, items, peer_id)
         self.flights.check_soon(room, state)
         if peer_id is not None and self.settings.prefetch_seconds > 0 and origin.writable:  # type: ignore[attr-defined]
             self.prefetcher.typed(room, state, origin)  # type: ignore[arg-type]

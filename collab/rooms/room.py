@@ -514,6 +514,13 @@ class Room:
         return self._durability.log
 
     @property
+    def holds_pending(self) -> bool:
+        """Whether an update was applied as pending (another node's, or a stored one from
+        before the guard): yrs integrates it later, inside some other update, so what an update
+        changed cannot be told from that update alone while this holds."""
+        return bool(self._durability.log.pending)
+
+    @property
     def reloading(self) -> bool:
         """The in-memory document is being rebuilt from storage; it must not be read."""
         return self._reload.running is not None

@@ -224,3 +224,49 @@ async def test_after_a_fix_further_up_a_pause_prefetches_where_the_fix_ended(big
         assert prefetch.job is not None
         await asyncio.wait([prefetch.job], timeout=10)  # its stream ends before the engine
         ai.close()
+
+
+async def test_an_update_that_integrates_a_pending_one_makes_the_next_ask_read_afresh(
+    engine: AiEngine,
+) -> None:
+    """Another node's update whose dependency never came is applied as pending (the room
+    holds it); yrs integrates it inside whichever update completes it, which says nothing of
+    the pending one's blocks: while one is held, nothing is followed, so no stale block is
+    read into a prompt."""
+    original = rich_update([sentence(n) for n in range(200)])
+    room = Room(original)
+    room.holds_pending = False
+    editor = Doc()
+    editor.apply_update(original)
+    updates: list[bytes] = []
+    editor.observe(lambda event: updates.append(event.update))
+    fragment = editor.get("default", type=XmlFragment)
+    fragment.children[150].children[0].insert(0, "Fog. ")  # first: what completes the rest
+    completing = updates.pop()
+    fragment.children[120].children[0].insert(0, "Storm warning. ")  # depends on the first
+    pending = updates.pop()
+    peer = Peer(1)
+    # The cursor: after the last character of paragraph 121, an item of the original.
+    ident = _item_of(original, 121, len(sentence(121)) - 1)
+    anchor = base64.b64encode(RelativePosition(item=ident, assoc=-1).encode()).decode()
+    await engine.on_stateless(room, peer, Suggest("warm", "complete", anchor=anchor).encode())
+    await answer(peer, "warm")  # the window around paragraph 121 is read and kept
+    with room.doc.transaction(origin=None):
+        room.doc.apply_update(pending)  # what the room's pending path does: no hook runs
+    room.holds_pending = True
+    room.apply(completing, peer)  # yrs integrates the pending update now too
+    engine.on_change(room, completing, peer)
+    await engine.on_stateless(room, peer, Suggest("after", "complete", anchor=anchor).encode())
+    _, end = await answer(peer, "after")
+    assert end["type"] == "suggestion.end", end
+    prompt = engine.provider.prompts[-1].prompt  # type: ignore[attr-defined]
+    assert "Storm warning. " + sentence(120) in prompt
+
+
+def _item_of(update: bytes, paragraph: int, offset: int) -> tuple[int, int]:
+    """The ID of character ``offset`` of ``paragraph``'s text in a document ``rich_update``
+    wrote (last paragraph first, each text one item)."""
+    texts = [item for item in scan_update(update).items if not item.makes_type]
+    chosen = texts[len(texts) - 1 - paragraph]
+    assert chosen.length > offset
+    return chosen.client, chosen.clock + offset
