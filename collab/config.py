@@ -141,7 +141,7 @@ class Settings:
     loads_queue: int = 32
     updates_threads: int = 2
     # Rendered documents (REST formats, versions, webhook texts) kept per document state, so
-    # reading an unchanged document again costs no render (collab.http.renders).
+    # reading an unchanged document again costs no render (collab.rooms.renders).
     render_cache_bytes: int = 64 * 1024 * 1024
     # Keys one map may hold, and root types one document: yrs rehashes each table whole as it
     # doubles, a pause of the loop that grows with it (collab.updates.guard).

@@ -31,7 +31,6 @@ from .fallback.endpoints import HttpTransport
 from .hooks import AuthRequest, Hooks
 from .http.documents import DocumentsApi
 from .http.pages import Pages
-from .http.renders import Renders
 from .http.request_auth import RequestAuth
 from .http.status import StatusEndpoints
 from .http.suggest import SuggestEndpoint
@@ -40,6 +39,7 @@ from .http.webhooks import WebhookExtension
 from .rooms.direct import DirectConnection
 from .rooms.manager import RoomManager
 from .rooms.presence_claims import ClaimRegistry
+from .rooms.renders import Renders
 from .rooms.settings import RoomSettings
 from .runtime.limits import AiQuotaLog
 from .runtime.log_redaction import install as redact_tokens_in_logs
@@ -243,7 +243,7 @@ class TetherServer:
         if not valid_document_name(name):
             raise ValueError("invalid document name")
         async with self.ctx.rooms.hold(name) as room:
-            connection = DirectConnection(room, origin)
+            connection = DirectConnection(room, origin, self.renders)
             try:
                 yield connection
             finally:

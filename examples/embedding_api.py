@@ -54,7 +54,7 @@ async def main() -> None:
         await editor.wait_acked()
         async with server.open_document("notes/today", origin="host-app") as document:
             await document.append("Added by the host.")  # durable when it returns
-            print("host reads:", document.read())
+            print("host reads:", await document.export("text"))  # rendered off the loop
         print("editor sees:", await editor.wait_text(lambda t: t.endswith("host.")))
 
     web.should_exit = True

@@ -36,12 +36,12 @@ from ..rooms.document_edits import (
 )
 from ..rooms.import_budget import ImportBusy
 from ..rooms.manager import DocumentQuarantined
+from ..rooms.renders import Rendered, Renders
 from ..rooms.room import RoomClosed
 from ..runtime import pools
 from ..runtime.pools import PoolFull
 from ..storage.store import StorageError, VersionInfo
 from .numbers import parse_counter, valid_id
-from .renders import Rendered, Renders
 
 log = logging.getLogger("tether.rest")
 

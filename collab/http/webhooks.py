@@ -30,8 +30,8 @@ import httpx
 
 from ..config import Settings
 from ..content.reading import RICH_NAME
+from ..rooms.renders import Renders
 from ..runtime.metrics import Metrics
-from .renders import Renders
 
 log = logging.getLogger(__name__)
 

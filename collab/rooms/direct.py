@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pycrdt import Doc, Text
 
 from ..content.reading import TEXT_NAME, read_content
+from .renders import FORMATS, Renders
 from .room import Room
 
 
@@ -27,10 +28,11 @@ class DirectConnection:
     ``document.doc`` is the live pycrdt ``Doc`` (read it freely; change it only through
     ``edit``, or editors and the store would not hear of the change)."""
 
-    def __init__(self, room: Room, origin: object) -> None:
+    def __init__(self, room: Room, origin: object, renders: Renders) -> None:
         self._room = room
         self.origin = origin
         self.closed = False
+        self._renders = renders
 
     @property
     def name(self) -> str:
@@ -46,13 +48,25 @@ class DirectConnection:
         return self._room.doc.get(TEXT_NAME, type=Text)
 
     def read(self) -> str:
-        """The document's text: a rich document's tree as plain text, else ``content``."""
+        """The document's text: a rich document's tree as plain text, else ``content``. Read
+        on the event loop, O(document): for a big document, ``await export("text")``."""
         return read_content(self._room.doc, self._room.settings.rich_fragment).text()
 
     def read_markdown(self) -> str:
         """The document as Markdown: a rich document's tree written as Markdown, else the
-        ``content`` text as it is (users write Markdown there)."""
+        ``content`` text as it is (users write Markdown there). Read on the event loop,
+        O(document): for a big document, ``await export("markdown")``."""
         return read_content(self._room.doc, self._room.settings.rich_fragment).markdown()
+
+    async def export(self, format: str = "text") -> str:
+        """The document as ``format`` ("text", "markdown" or "html"), as REST exports it:
+        rendered in the server's renders pool, off the event loop, and kept per state, so a
+        host reading a 50,000-paragraph document does not hold every editor up."""
+        if format not in FORMATS or format == "json":
+            raise ValueError(f"format must be text, markdown or html, not {format!r}")
+        rich_name = self._room.settings.rich_fragment
+        rendered = await self._renders.of_room(self._room, rich_name, format, refusable=False)
+        return rendered.body.decode("utf-8")
 
     async def edit(self, change: Callable[[Doc], None]) -> None:
         """Run ``change(doc)`` as one CRDT transaction with this connection's origin; returns

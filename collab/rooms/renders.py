@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING
 from pycrdt import Doc
 
 from ..content.reading import Content
-from ..rooms.document_edits import content_of_state
 from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
 from ..runtime.heap import give_back_freed
 from ..runtime.metrics import Metrics
+from .document_edits import content_of_state
 
 if TYPE_CHECKING:
-    from ..rooms.room import Room
+    from .room import Room
 
 FORMATS = ("json", "text", "markdown", "html")
 
