@@ -3,7 +3,9 @@
 CommonMark (markdown-it) with strikethrough: headings, paragraphs, bullet and ordered lists (their
 start kept), blockquotes, fenced and indented code (its language kept), rules, hard breaks, and the
 marks bold, italic, strike, code and link. StarterKit has no image node: an image becomes its
-alt text linked to its source. Raw HTML is kept as text. Pure; run in a worker thread.
+alt text linked to its source. Raw HTML is kept as text, and so is a link to an address the
+exports would not link (``collab.content.urls``: not http(s), mailto or relative). Pure; run
+in a worker thread.
 
 Bounded: markdown-it makes one token object (about 330 bytes) per byte of Markdown in the worst
 case (512 KiB of ``-`` lines: 190 MB), so its tokens are not kept. Each block token is turned
@@ -35,12 +37,14 @@ from types import MappingProxyType
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import unescapeAll
 from markdown_it.rules_block.state_block import StateBlock
 from markdown_it.rules_core.normalize import normalize
 from markdown_it.rules_core.state_core import StateCore
 from markdown_it.token import Token
 
 from .tree import Node, Run
+from .urls import safe_url
 
 # A 50,000-paragraph document with a mark or two in each takes about 200,000.
 DEFAULT_MAX_NODES = 300_000
@@ -222,13 +226,16 @@ class _TreeBuilder:
             stack.append((_CONTAINERS[kind], _attrs(token), []))
         elif kind.endswith("_close") and len(stack) > 1:
             tag, attrs, children = stack.pop()
+            if tag == "paragraph" and not children:  # "[](x)": no text, nothing to hold
+                return
             stack[-1][2].append(Node(tag, attrs, tuple(children)))
         elif kind == "inline":
             children: list[Token] = []
             self._md.inline.parse(token.content, self._md, self._env, children)
             stack[-1][2].extend(_inline(children, self))
         elif kind in ("fence", "code_block"):
-            language = token.info.strip().split(" ")[0] if token.info else ""
+            # The info string's first word, its escapes and references read (as renderers do)
+            language = unescapeAll(token.info).strip().split()[0] if token.info.strip() else ""
             code = token.content[:-1] if token.content.endswith("\n") else token.content
             runs = (Run(code),) if code else ()
             self.count(1 + len(runs))
@@ -297,11 +304,14 @@ def _inline(tokens: list[Token], tree: _TreeBuilder) -> list[Node | Run]:
         elif kind in _MARK_CLOSES:
             marks.pop(_MARK_CLOSES[kind], None)
         elif kind == "link_open":
-            marks["link"] = {"href": str(token.attrGet("href") or "")}
+            href = safe_url(str(token.attrGet("href") or ""))
+            if href is not None:  # else its text, as the exports keep it
+                marks["link"] = {"href": href}
         elif kind == "link_close":
             marks.pop("link", None)
         elif kind == "image":
             alt = token.content or str(token.attrGet("alt") or "")
-            text(alt or "image", {"link": {"href": str(token.attrGet("src") or "")}})
+            src = safe_url(str(token.attrGet("src") or ""))
+            text(alt or "image", None if src is None else {"link": {"href": src}})
     end_run()
     return out

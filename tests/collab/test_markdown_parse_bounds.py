@@ -11,8 +11,10 @@ import pytest
 from tether.collab.content.markdown_in import MarkdownLimits, MarkdownRefused, parse_markdown
 from tether.collab.content.tree import Node, Run
 
+DEFAULT = MarkdownLimits()
 
-def traced_peak(markdown: str, limits: MarkdownLimits = MarkdownLimits()) -> int:
+
+def traced_peak(markdown: str, limits: MarkdownLimits = DEFAULT) -> int:
     tracemalloc.start()
     try:
         try:

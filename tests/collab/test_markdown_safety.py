@@ -1,6 +1,7 @@
 """The Markdown export is safe through any CommonMark renderer: whatever text, link address,
 image address or alt text a document holds, the export holds no raw HTML once read as
-CommonMark, and links and images only to the addresses the HTML export keeps.
+CommonMark, links and images only to the addresses the HTML export keeps, and every word of
+its text and alt texts shows in what is rendered.
 
 Checked by reading the export with markdown-it (its tokens: no ``html_block``/``html_inline``,
 which is what a CommonMark renderer passes through) and by rendering it with a permissive
@@ -9,6 +10,7 @@ renderer (raw HTML on, every link scheme allowed) and parsing the HTML it makes.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from html.parser import HTMLParser
 from typing import Any
 
@@ -20,6 +22,7 @@ from markdown_it.token import Token
 
 from tether.collab.content.html import to_html
 from tether.collab.content.markdown import to_markdown
+from tether.collab.content.plain import to_plain
 from tether.collab.content.tree import Node, Run
 from tether.collab.content.urls import safe_url
 
@@ -129,8 +132,26 @@ def assert_safe(blocks: tuple[Node | Run, ...]) -> str:
             if attrs.get(name) is not None:
                 assert safe_url(attrs[name]) is not None, (markdown, html)
         if tag == "code" and "class" in attrs:
-            assert re.fullmatch(r"language-[\w#+.-]+", attrs["class"] or ""), html
+            assert re.fullmatch(r"language-\S+", attrs["class"] or ""), html
+    shown = parsed.text + [str(attrs.get("alt") or "") for _, attrs in parsed.seen]
+    assert Counter(words(to_plain(blocks)) + words(" ".join(alts(blocks)))) <= Counter(
+        words(" ".join(shown))
+    ), (markdown, html)
     return markdown
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z0-9]+", text)
+
+
+def alts(nodes: tuple[Node | Run, ...]) -> list[str]:
+    out: list[str] = []
+    for node in nodes:
+        if isinstance(node, Node):
+            if node.tag == "image":
+                out.append(str(node.attrs.get("alt") or ""))
+            out.extend(alts(node.children))
+    return out
 
 
 def hostile_document(text: str, address: str) -> tuple[Node | Run, ...]:
