@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from html import escape
 
+from .attrs import alt_text, code_language, heading_level, list_start
 from .markdown import INLINE_TAGS
 from .tree import Node, Run, inline_runs
 from .urls import safe_url
@@ -31,13 +32,12 @@ def _block(node: Node | Run) -> str:
         return _inline([node])
     tag = node.tag
     if tag == "heading":
-        level = node.attrs.get("level")
-        n = int(level) if isinstance(level, int | float) and 1 <= level <= 6 else 1
+        n = heading_level(node.attrs.get("level"))
         return f"<h{n}>{_inline(node.children)}</h{n}>"
     if tag == "codeBlock":
         text = "".join(r.text for r in inline_runs(node.children) if isinstance(r, Run))
-        language = node.attrs.get("language")
-        cls = f' class="language-{escape(language)}"' if isinstance(language, str) else ""
+        language = code_language(node.attrs.get("language"))
+        cls = f' class="language-{escape(language)}"' if language is not None else ""
         return f"<pre><code{cls}>{escape(text)}</code></pre>"
     if tag == "horizontalRule":
         return "<hr>"
@@ -50,8 +50,8 @@ def _block(node: Node | Run) -> str:
     inner = _inline(node.children) if holds_text else "".join(map(_block, node.children))
     if element is None:
         return f"<p>{inner}</p>" if holds_text else inner
-    start = node.attrs.get("start") if tag == "orderedList" else None
-    attrs = f' start="{int(start)}"' if isinstance(start, int | float) and start != 1 else ""
+    start = list_start(node.attrs.get("start")) if tag == "orderedList" else 1
+    attrs = f' start="{start}"' if start != 1 else ""
     return f"<{element}{attrs}>{inner}</{element}>"
 
 
@@ -82,6 +82,6 @@ def _inline_node(node: Node) -> str:
         src = safe_url(node.attrs.get("src"))
         if src is None:
             return ""
-        alt = escape(str(node.attrs.get("alt") or ""))
+        alt = escape(alt_text(node.attrs.get("alt")))
         return f'<img src="{escape(src)}" alt="{alt}">'
     return _inline(node.children)

@@ -33,6 +33,7 @@ from typing import Any
 
 from markdown_it.common.utils import isMdAsciiPunct, isPunctChar, isWhiteSpace
 
+from .attrs import MAX_START, alt_text, code_language, heading_level, list_start, task_checked
 from .tree import Node, Run, inline_runs
 from .urls import destination
 
@@ -43,12 +44,10 @@ _BREAK = re.compile(r"[\n\r]")
 # At a line's start: an ATX heading, a list item, a rule or setext underline, an ordered item.
 _LINE_START = re.compile(r"[#+=-]|\d+(?=[.)])")
 _CLOSING_HASHES = re.compile(r"(?:^|(?<=[ \t]))#+$")  # an ATX heading's closing sequence
-_LANGUAGE_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")
 _BARE_MARKER = re.compile(r"[-*]|\d+[.)]")  # a list item's first line with nothing after it
 _RULE = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*")  # a thematic break line
 _ORDER = ("link", "bold", "italic", "strike")  # outermost first; code is always innermost
 _WRAP = {"bold": "**", "italic": "*", "strike": "~~"}
-MAX_START = 999_999_999  # an ordered list's number has at most 9 digits in CommonMark
 INLINE_TAGS = frozenset({"hardBreak", "image", "mention", "emoji"})
 TEXTBLOCKS = frozenset({"paragraph", "heading", "codeBlock"})
 LISTS = frozenset({"bulletList", "orderedList", "taskList"})
@@ -97,7 +96,7 @@ def _tight_after(before: Node | Run | None, block: Node | Run, part: str) -> boo
     if block.tag in LISTS and _BARE_MARKER.fullmatch(part.split("\n")[0]):
         return False  # an item beginning blank cannot interrupt a paragraph ("-" underlines)
     if block.tag == "orderedList":
-        return _start(block.attrs.get("start")) == 1  # another number reads as the text's
+        return list_start(block.attrs.get("start")) == 1  # another number reads as the text's
     if block.tag == "heading":
         return part.startswith("#")  # a setext heading would take the paragraph in
     return block.tag in _INTERRUPTS
@@ -130,7 +129,7 @@ def _block(node: Node | Run) -> str:
 def _heading(node: Node) -> str:
     """ATX (``## text``), or setext (text, then ``===``/``---``) for a level 1 or 2 heading
     holding a hard break: an ATX heading is one line. Deeper, a hard break is a line break."""
-    level = _level(node.attrs.get("level"))
+    level = heading_level(node.attrs.get("level"))
     children = node.children
     breaks = any(isinstance(c, Node) and c.tag == "hardBreak" for c in inline_runs(children))
     if breaks and level <= 2:
@@ -154,7 +153,7 @@ def _list(node: Node, other: bool) -> str:
     whose first line would be read as a rule (``- - -``: lists nested in empty items) begins
     its body on the next line."""
     ordered = node.tag == "orderedList"
-    number = _start(node.attrs.get("start")) if ordered else 0
+    number = list_start(node.attrs.get("start")) if ordered else 0
     items = []
     for child in node.children:
         if isinstance(child, Run):
@@ -163,7 +162,7 @@ def _list(node: Node, other: bool) -> str:
             marker = f"{number}{')' if other else '.'} "
             number = min(number + 1, MAX_START)
         elif node.tag == "taskList" or child.tag == "taskItem":
-            box = "[x]" if child.attrs.get("checked") is True else "[ ]"
+            box = "[x]" if task_checked(child.attrs.get("checked")) else "[ ]"
             marker = f"{'*' if other else '-'} {box} "
         else:
             marker = "* " if other else "- "
@@ -191,9 +190,9 @@ def _code_block(node: Node) -> str:
     """A fence longer than any run of its character in the text; ``~~~`` if the language
     holds a backtick (a backtick fence's info string cannot)."""
     text = "".join(run.text for run in inline_runs(node.children) if isinstance(run, Run))
-    language = node.attrs.get("language")
+    language = code_language(node.attrs.get("language"))
     info = ""
-    if isinstance(language, str) and not _LANGUAGE_UNSAFE.search(language):
+    if language is not None:
         info = _ENTITY.sub(r"\\&", language.replace("\\", "\\\\"))  # read with escapes
     char = "~" if "`" in info else "`"
     longest = max((len(m) for m in re.findall(re.escape(char) + "+", text)), default=0)
@@ -207,20 +206,6 @@ def _holds_text(node: Node) -> bool:
         isinstance(child, Run) or child.tag == "#text" or child.tag in INLINE_TAGS
         for child in node.children
     )
-
-
-def _level(value: Any) -> int:
-    """A heading level, 1 to 6 (1 for anything else: NaN, infinities, strings, lists)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 1
-    return int(value) if 1 <= value <= 6 else 1
-
-
-def _start(value: Any) -> int:
-    """An ordered list's first number, 0 to 999,999,999 (1 for anything else)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 1
-    return int(value) if 0 <= value <= MAX_START else 1
 
 
 @dataclass(slots=True)
@@ -573,8 +558,7 @@ def _inline_node(node: Node) -> str:
     if node.tag == "hardBreak":
         return "\\\n"
     if node.tag == "image":
-        alt = node.attrs.get("alt")
-        alt = _text(alt) if isinstance(alt, str) else ""
+        alt = _text(alt_text(node.attrs.get("alt")))
         src = destination(node.attrs.get("src"))
         return alt if src is None else f"![{alt}]({src})"  # not kept: its alt text
     return _inline(node.children)  # a mention or any other inline node: its text
