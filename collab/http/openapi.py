@@ -33,10 +33,13 @@ def _errors(*statuses: int) -> dict[str, Any]:
         409: "the document is quarantined, or a version limit is reached",
         413: "body larger than the frame cap (max_frame_bytes)",
         415: "wrong Content-Type",
-        422: "the update guard refused the update (nesting, dependencies, origins)",
+        422: "the update guard refused the update (nesting, dependencies, origins), or the"
+        " Markdown makes more than max_import_nodes nodes or nests deeper than"
+        " max_nesting_depth allows (the error names the limit; nothing applied)",
         501: "the store keeps no versions",
         503: "the document is busy or could not be stored, or the worker pool this needs is"
-        " full (imports, renders, loads): try again after Retry-After seconds",
+        " full (imports, renders, loads), or the Markdown imports in flight hold the"
+        " import_memory_budget: try again after Retry-After seconds",
     }
     return {str(s): _json("Error", reasons[s]) for s in statuses}
 
