@@ -16,8 +16,6 @@ the C heap is trimmed, so what the imports freed goes back to the system, not ke
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import math
 import threading
 import time
@@ -26,6 +24,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from ..content.markdown_in import DEFAULT_MAX_NODES
+from ..runtime.heap import give_back_freed
 
 # Measured on the real server (peak RSS over the import, docs/rich-text.md): 512 KiB of "#"
 # lines (an empty heading and its level per 2 bytes) took 880 MB, 1.7 KB per byte, the most
@@ -167,21 +166,8 @@ def budget_of(limits: ImportLimits) -> ImportBudget:
     return budget
 
 
-def _load_libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name) if name else None
-    except OSError:
-        return None
-    return libc if libc is not None and hasattr(libc, "malloc_trim") else None
-
-
-_LIBC = _load_libc()
-
-
 def _trim_heap_soon() -> None:
     """glibc keeps what a thread freed in that thread's arena, resident: after three big
-    imports 1.0 GB stayed. ``malloc_trim`` gives it back; it walks the heap (a few ms per
-    hundred MB), so it runs in a thread of its own, off the loop. Elsewhere (musl, macOS): no-op."""
-    if _LIBC is not None:
-        threading.Thread(target=_LIBC.malloc_trim, args=(0,), name="heap-trim").start()
+    imports 1.0 GB stayed. The trim walks the heap (a few ms per hundred MB), so it runs in a
+    thread of its own, off the loop."""
+    threading.Thread(target=give_back_freed, name="heap-trim").start()
