@@ -113,7 +113,11 @@ class AiEngine:
                     self.status.watch(peer, message.id)
             elif isinstance(message, Accept):
                 # Off the connection's receive loop: the accept waits for its write to be durable.
-                self.flights.spawn(self.acceptor.accept_reporting(room, peer, message.id))
+                self.flights.spawn(
+                    self.acceptor.accept_reporting(
+                        room, peer, message.id, confirm_dropped=message.confirm_dropped
+                    )
+                )
         except AiError as exc:
             self.flights.send_error(peer, message.id, exc.code, str(exc))
         except Exception:

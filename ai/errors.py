@@ -6,6 +6,8 @@ AiError                        a suggestion request failed; ``code`` goes on the
                                queued or running already: wait for one of its own to finish
 ├── BadRequest                 the request cannot be served (position outside the document)
 ├── Forbidden                  the editor's scope does not allow it (accept needs write)
+├── ConfirmRequired            an accept of a rewrite that drops content (numbers, dates,
+│                              names...) without ``confirm_dropped``: nothing is applied
 └── ProviderError              the model provider failed
     ├── ProviderTimeout        it did not answer in time
     ├── ProviderUnavailable    it cannot be reached or refused the request
@@ -37,6 +39,10 @@ class BadRequest(AiError):
 
 class Forbidden(AiError):
     code = "forbidden"
+
+
+class ConfirmRequired(AiError):
+    code = "confirm_required"
 
 
 class ProviderError(AiError):

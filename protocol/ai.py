@@ -29,6 +29,9 @@ JUNK_PREFIX = "junk:"
 JUNK_KINDS = ("empty", "echo", "loop", "language", "chat")
 END_REASONS = ("done", "cancelled", "superseded", *(JUNK_PREFIX + k for k in JUNK_KINDS))
 SOURCES = ("model", "exact", "typeahead", "semantic", "prefetch")  # suggestion.start
+# What a rewrite's suggestion.end says it lost of the selected passage (``dropped``); clients
+# must accept kinds not listed here.
+DROPPED_KINDS = ("number", "date", "weekday", "name", "negation", "clause")
 MAX_ID_LENGTH = 128
 MAX_TOKENS_LIMIT = 1024
 MAX_PATH_DEPTH = 256  # the nesting a rich document may have is far less (the guard allows 128)
@@ -86,9 +89,15 @@ class Cancel:
 @dataclass(frozen=True, slots=True)
 class Accept:
     id: str
+    # A rewrite whose suggestion.end carried ``dropped`` is applied only with this: the editor
+    # has shown what it loses.
+    confirm_dropped: bool = False
 
     def encode(self) -> str:
-        return json.dumps({"type": "accept", "id": self.id}, separators=(",", ":"))
+        body: dict[str, Any] = {"type": "accept", "id": self.id}
+        if self.confirm_dropped:
+            body["confirm_dropped"] = True
+        return json.dumps(body, separators=(",", ":"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,14 +144,28 @@ class SuggestionDelta:
 
 
 @dataclass(frozen=True, slots=True)
+class Dropped:
+    """Something a rewrite lost of its passage: a ``kind`` (``DROPPED_KINDS``) and the text the
+    passage had ("3 March", "not ship")."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class SuggestionEnd:
     id: str
     reason: str
     ttft_ms: float | None = None
     tokens: int = 0
+    # A rewrite's losses (None, never empty: nothing lost, or a completion).
+    dropped: tuple[Dropped, ...] | None = None
 
     def encode(self) -> str:
-        return _server_encode("suggestion.end", asdict(self))
+        fields = asdict(self)
+        if not self.dropped:
+            fields["dropped"] = None
+        return _server_encode("suggestion.end", fields)
 
     @property
     def junk(self) -> str | None:
@@ -212,7 +235,10 @@ def decode_client_message(payload: str) -> ClientAiMessage:
     if kind == "cancel":
         return Cancel(request_id)
     if kind == "accept":
-        return Accept(request_id)
+        confirm = body.get("confirm_dropped")
+        if confirm is not None and not isinstance(confirm, bool):
+            raise InvalidAiMessage("'confirm_dropped' must be true or false", request_id)
+        return Accept(request_id, bool(confirm))
     if kind == "status":
         return WatchStatus(request_id)
     if kind != "suggest":
@@ -303,6 +329,8 @@ def decode_server_message(payload: str) -> ServerAiMessage:
         known = {f: body[f] for f in cls.__dataclass_fields__ if f in body}
         if cls is SuggestionError:
             known.setdefault("id", None)
+        if known.get("dropped") is not None:
+            known["dropped"] = _dropped_of(known["dropped"])
         message = cls(**known)
     except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise InvalidAiMessage("malformed server message") from exc
@@ -313,6 +341,17 @@ def decode_server_message(payload: str) -> ServerAiMessage:
         if value is not _ABSENT and not accepts(value):
             raise InvalidAiMessage(f"malformed server message: bad {name!r}")
     return message
+
+
+def _dropped_of(value: object) -> tuple[Dropped, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(item, dict)
+        and isinstance(item.get("kind"), str)
+        and isinstance(item.get("text"), str)
+        for item in value
+    ):
+        raise InvalidAiMessage("malformed server message: bad 'dropped'")
+    return tuple(Dropped(item["kind"], item["text"]) for item in value)
 
 
 _SERVER_TYPES: dict[str, type[Any]] = {
@@ -337,4 +376,5 @@ _SERVER_FIELDS: dict[str, Any] = {
     "state": lambda v: v in AI_STATES,
     "model": lambda v: v is None or isinstance(v, str),
     "quant": lambda v: v is None or isinstance(v, str),
+    "dropped": lambda v: v is None or isinstance(v, tuple),
 }

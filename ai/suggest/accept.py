@@ -14,9 +14,11 @@ from pycrdt import Doc, Text, XmlElement, XmlFragment, XmlText
 
 from tether.protocol.ai import SuggestionAccepted
 
-from ..errors import AiError, BadRequest, Forbidden
+from ..errors import AiError, BadRequest, ConfirmRequired, Forbidden
+from ..text.faithful import summary
 from ..text.positions import index_to_utf8
 from ..text.rich_view import Slot
+from .flights import losses_of
 from .records import TEXT_NAME
 
 if TYPE_CHECKING:
@@ -34,27 +36,41 @@ class Acceptor:
     def __init__(self, flights: Flights) -> None:
         self.flights = flights
 
-    async def accept_reporting(self, room: Room, peer: Peer, request_id: str) -> None:
+    async def accept_reporting(
+        self, room: Room, peer: Peer, request_id: str, *, confirm_dropped: bool = False
+    ) -> None:
         """Accept, telling the editor if that fails (this runs as a task of its own)."""
         try:
-            await self.accept(room, peer, request_id)
+            await self.accept(room, peer, request_id, confirm_dropped=confirm_dropped)
         except AiError as exc:
             self.flights.send_error(peer, request_id, exc.code, str(exc))
         except Exception:
             log.exception("accepting a suggestion failed")
             self.flights.send_error(peer, request_id, "internal", "accepting the suggestion failed")
 
-    async def accept(self, room: Room, peer: Peer, request_id: str) -> None:
+    async def accept(
+        self, room: Room, peer: Peer, request_id: str, *, confirm_dropped: bool = False
+    ) -> None:
         if not peer.writable:
             raise Forbidden("accepting a suggestion needs read-write scope")
         suggestion = self.flights.by_peer.get(peer.peer_id, {}).get(request_id)
         if suggestion is None or suggestion.room is not room:
             raise BadRequest(f"no suggestion {request_id!r} to accept")
+        # A rewrite that drops content of its passage (ai.text.faithful) is applied only when
+        # the editor confirms it has shown what is lost: the losses its end carried.
+        losses = losses_of(suggestion)
+        refused = bool(losses) and not confirm_dropped
         if not suggestion.finished:
-            # Take what has streamed so far; with nothing yet, the editor hears it ended.
-            self.flights.stop(suggestion, "cancelled", notify=not suggestion.text)
+            # Take what has streamed so far; with nothing yet, the editor hears it ended, and a
+            # refused rewrite ends too, so its end names what it would drop.
+            self.flights.stop(suggestion, "cancelled", notify=not suggestion.text or refused)
         if not suggestion.text:
             raise BadRequest("the suggestion has no text yet")
+        if refused:
+            raise ConfirmRequired(
+                f"this rewrite drops {summary(losses)}: accept it with 'confirm_dropped' once"
+                " the editor has shown that, or ask again"
+            )
         # A rebuild, or a big update applied in slices, holds the room for a moment: the text
         # is read once whole.
         await room.reloaded()

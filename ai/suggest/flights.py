@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tether.collab.auth.tokens import OPEN_GRANT
 from tether.protocol.ai import (
     JUNK_PREFIX,
+    Dropped,
     SuggestionDelta,
     SuggestionEnd,
     SuggestionError,
@@ -30,6 +31,7 @@ from ..metrics import AiMetrics
 from ..model.providers.base import Cancellation, GenerationRequest, Provider
 from ..text.anchors import SHORT_SPAN, SPAN
 from ..text.context import context_chars
+from ..text.faithful import dropped
 from ..text.regions import RegionIndex
 from .document_text import DocumentText
 from .generation import run_generation, screening, shaping
@@ -70,6 +72,28 @@ def subject_of(peer: Peer) -> str | None:
     """The scheduler's subject key: the token's ``sub``; None without tokens (--auth none
     gives everyone the same anonymous grant, which must not be one shared quota)."""
     return None if peer.grant is OPEN_GRANT else "sub:" + peer.grant.subject
+
+
+def losses_of(suggestion: Suggestion) -> tuple[Dropped, ...] | None:
+    """What a rewrite's text, as its editor has it, drops of the selected passage
+    (``ai.text.faithful``): what its ``suggestion.end`` says, and what ``accept`` asks to be
+    confirmed. None for a completion, or when nothing is lost. Bounded by the passage's length
+    (the builder refuses long selections) and the text's (``max_tokens``)."""
+    if suggestion.passage is None or not suggestion.text:
+        return None
+    return dropped_by(suggestion.passage, suggestion.text)
+
+
+def dropped_by(passage: str, text: str) -> tuple[Dropped, ...] | None:
+    """``ai.text.faithful.dropped`` as the wire says it (None: nothing)."""
+    return tuple(Dropped(loss.kind, loss.text) for loss in dropped(passage, text)) or None
+
+
+def end_of(suggestion: Suggestion, reason: str, ttft: float | None, pieces: int) -> str:
+    """``suggestion``'s ``suggestion.end``, with what it drops if it is a rewrite."""
+    return SuggestionEnd(
+        suggestion.request.id, reason, ttft, pieces, losses_of(suggestion)
+    ).encode()
 
 
 class Flights:
@@ -278,9 +302,7 @@ class Flights:
         if suggestion.first_at is not None:
             ttft = round((suggestion.first_at - suggestion.requested_at) * 1000, 2)
         reason = "done" if junk is None else JUNK_PREFIX + junk
-        suggestion.peer.send_stateless(
-            SuggestionEnd(suggestion.request.id, reason, ttft, pieces).encode()
-        )
+        suggestion.peer.send_stateless(end_of(suggestion, reason, ttft, pieces))
 
     def count_junk(self, kind: str) -> None:
         """A suggestion ended as junk of ``kind`` (any path: socket, cache, HTTP)."""
@@ -340,7 +362,7 @@ class Flights:
             if suggestion.held:  # the editor hears of it in order: start, then end
                 start = SuggestionStart(suggestion.request.id, suggestion.source)
                 suggestion.peer.send_stateless(start.encode())
-            suggestion.peer.send_stateless(SuggestionEnd(suggestion.request.id, reason).encode())
+            suggestion.peer.send_stateless(end_of(suggestion, reason, None, 0))
         suggestion.held = False
         flight = suggestion.flight
         if flight is None or flight.finished:

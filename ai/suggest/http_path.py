@@ -26,6 +26,7 @@ from ..errors import AiError, BadRequest
 from ..model.providers.base import Cancellation, GenerationRequest
 from ..text.positions import utf16_to_index
 from ..text.regions import RegionIndex
+from .flights import dropped_by
 from .generation import run_generation, screening, shaping
 from .scheduler import INTERACTIVE
 
@@ -61,6 +62,13 @@ async def stream_http_suggestion(
     )
     path = "http-baseline" if cold else "http"
     send(SuggestionStart(request.id, "model").encode())
+    shown: list[str] = []  # a rewrite's text, for what it drops
+
+    def emit(piece: str) -> None:
+        if prompt.kind == "rewrite":
+            shown.append(piece)
+        send(SuggestionDelta(request.id, piece).encode())
+
     job: asyncio.Future[object] | None = None
     try:
         job = engine.scheduler.submit(
@@ -68,7 +76,7 @@ async def stream_http_suggestion(
                 engine.provider,
                 generation,
                 cancel,
-                lambda piece: send(SuggestionDelta(request.id, piece).encode()),
+                emit,
                 interval=engine.settings.coalesce_seconds,
                 timeout=engine.settings.request_timeout,
                 metrics=engine.metrics,
@@ -95,7 +103,10 @@ async def stream_http_suggestion(
     if result.junk is not None:
         reason = JUNK_PREFIX + result.junk
         engine.flights.count_junk(result.junk)
-    send(SuggestionEnd(request.id, reason, ttft_ms, result.pieces).encode())
+    losses = None
+    if prompt.kind == "rewrite" and shown:  # the passage is the rewrite prompt's window
+        losses = dropped_by(prompt.window, "".join(shown))
+    send(SuggestionEnd(request.id, reason, ttft_ms, result.pieces, losses).encode())
 
 
 def _prompt(engine: AiEngine, request: Suggest, text: str):

@@ -14,7 +14,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from tether.protocol.ai import Suggest, SuggestionEnd, SuggestionStart
+from tether.protocol.ai import Suggest, SuggestionStart
 from tether.protocol.errors import DecodeError
 from tether.protocol.relative_position import decode_relative_position
 
@@ -26,7 +26,7 @@ from ..text.positions import utf16_to_index
 from ..text.relative import Place, locate
 from ..text.rich_view import Slot
 from .document_text import Reading
-from .flights import session_of
+from .flights import end_of, session_of
 from .generation import rescreen
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
 from .scheduler import INTERACTIVE
@@ -241,7 +241,7 @@ class RequestServer:
             return
         suggestion.finished = True
         ttft = (suggestion.first_at or time.perf_counter()) - suggestion.requested_at
-        peer.send_stateless(SuggestionEnd(request.id, "done", round(ttft * 1000, 3), 0).encode())
+        peer.send_stateless(end_of(suggestion, "done", round(ttft * 1000, 3), 0))
         flights.metrics.outcomes.labels("done").inc()
 
 

@@ -245,12 +245,18 @@ KINDS: dict[str, Kind] = {
     "yws.queryAwareness": _yws(lambda a: yws.YQueryAwareness()),
     "ai.suggest": _ai_client(_suggest),
     "ai.cancel": _ai_client(lambda a: ai.Cancel(a.pop("id"))),
-    "ai.suggest.accept": _ai_client(lambda a: ai.Accept(a.pop("id"))),
+    "ai.suggest.accept": _ai_client(
+        lambda a: ai.Accept(a.pop("id"), a.pop("confirm_dropped", False))
+    ),
     "ai.suggestion.start": _ai_server(lambda a: ai.SuggestionStart(a.pop("id"), a.pop("source"))),
     "ai.suggestion.delta": _ai_server(lambda a: ai.SuggestionDelta(a.pop("id"), a.pop("text"))),
     "ai.suggestion.end": _ai_server(
         lambda a: ai.SuggestionEnd(
-            a.pop("id"), a.pop("reason"), a.pop("ttft_ms", None), a.pop("tokens")
+            a.pop("id"),
+            a.pop("reason"),
+            a.pop("ttft_ms", None),
+            a.pop("tokens"),
+            tuple(ai.Dropped(**d) for d in a.pop("dropped")) if "dropped" in a else None,
         )
     ),
     "ai.suggestion.error": _ai_server(
@@ -326,6 +332,8 @@ def test_the_examples_show_the_variants_that_matter():
     assert shown("ai.suggestion.error", lambda a: a["id"] is None)
     assert shown("ai.suggestion.end", lambda a: "ttft_ms" in a)
     assert shown("ai.suggestion.end", lambda a: "ttft_ms" not in a)
+    assert shown("ai.suggestion.end", lambda a: "dropped" in a)  # a rewrite that lost content
+    assert shown("ai.suggest.accept", lambda a: a.get("confirm_dropped") is True)
 
 
 AI_EXAMPLES = [e for e in EXAMPLES if e.kind.startswith("ai.")]
@@ -436,7 +444,7 @@ _WIRE_FIELDS: dict[str, set[str]] = {
         "max_tokens",
     },
     "cancel": {"type", "id"},
-    "accept": {"type", "id"},
+    "accept": {"type", "id", "confirm_dropped"},
     "status": {"type", "id"},
     **{
         wire_type: {"type", *cls.__dataclass_fields__}
@@ -461,6 +469,7 @@ def test_the_ai_grammar_names_every_message_and_exactly_its_fields():
 def test_the_ai_grammar_enumerations_are_the_codes():
     assert _alternatives("source") == list(ai.SOURCES)
     assert _alternatives("reason") == list(ai.END_REASONS)
+    assert _alternatives("lossKind") == list(ai.DROPPED_KINDS)
     kinds = re.findall(r'"kind": "(\w+)"', _ai_grammar())
     assert kinds == list(ai.KINDS)
     assert f"1..{ai.MAX_ID_LENGTH} code points" in _ai_grammar()
