@@ -205,23 +205,38 @@ def _message(answers: list[Answer]) -> str:
 async def ai_fairness(
     paragraph: str, server: ServerProcess, timeout: float
 ) -> AsyncIterator[Strike]:
-    """An attacker with one long paragraph asks ``FAIRNESS_ASKS`` times at its end, without
-    waiting; then a victim on another document (another user) asks for a few tokens."""
+    """An attacker with one long paragraph asks ``FAIRNESS_ASKS`` times without waiting, each
+    from a socket of its own at another place in the paragraph (one socket's asks would
+    supersede each other); then a victim on another document (another user) asks for a few
+    tokens."""
     async with AsyncExitStack() as stack:
         attacker = await _writer(stack, server, "fair-attacker", "attacker", paragraph, timeout)
+        token = server.token(["fair-attacker"], subject="attacker")
+        sockets = [attacker] + [
+            await stack.enter_async_context(
+                await AskingEditor.open(server.ws_url, "fair-attacker", token, timeout)
+            )
+            for _ in range(FAIRNESS_ASKS - 1)
+        ]
         victim = await _writer(
             stack, server, "fair-victim", "victim", "The weather in the harbour today is", timeout
         )
         alone = [await victim.ask(_at_end(victim, VICTIM_TOKENS), timeout) for _ in range(2)]
         restarts = await _worker_restarts(server)
+        units = len(paragraph.encode("utf-16-le")) // 2
 
         async def strike(it: FiguredStrike) -> str:
             it.figures["victim_alone_ms"] = _first_piece(alone[-1])
-            asks = [await attacker.send_ask(_at_end(attacker, None)) for _ in range(FAIRNESS_ASKS)]
+            asks = [
+                await socket.send_ask({"pos": units * (k + 1) // FAIRNESS_ASKS})
+                for k, socket in enumerate(sockets)
+            ]
             answer = await victim.send_ask(_at_end(victim, VICTIM_TOKENS))
             await it.time("victim_answer_ms", victim.answered(answer, timeout))
             it.figures["victim_ttft_ms"] = _first_piece(answer)
-            await asyncio.gather(*(attacker.answered(a, timeout) for a in asks))
+            await asyncio.gather(
+                *(socket.answered(a, timeout) for socket, a in zip(sockets, asks, strict=True))
+            )
             it.figures["worker_restarts"] = await _worker_restarts(server) - restarts
             return (
                 f"victim {answer.outcome}; attacker: {counted([a.outcome for a in asks])};"
