@@ -10,6 +10,16 @@ the socket, falling back to HTTP when the upgrade fails or the socket keeps dyin
 opens (a proxy that kills long-lived connections), and trying the socket again every
 ``ws_retry_interval`` seconds while on HTTP.
 
+A refused write is never reported as saved. Under a read-only grant (the server's
+``Authenticated`` scope "readonly") ``insert``, ``append`` and ``delete`` raise
+``WriteRefusedError`` at once and change nothing. A change the server answers with SyncStatus 0
+under that grant (one made before the grant was known, offline, or in the handle's Doc directly)
+makes ``wait_acked()`` raise ``WriteRefusedError`` once the handle holds the server's state
+again: the handle's ``doc`` is then a new Doc equal to the server's, and ``error.local_doc`` is
+the Doc as this client had it, refused change included (yours, if you passed ``doc=``; it is no
+longer synced, so read ``handle.doc``/``handle.text`` afresh after a refusal). Over either
+transport.
+
     async with TetherClient("ws://127.0.0.1:8765/ws", token=token) as client:
         notes = await client.open("notes")
         notes.append("hello")
@@ -41,11 +51,13 @@ from .ai import (
     decode_server_message,
 )
 from .client_session import (
+    READONLY_REASON,
     AuthRefused,
     ClientDocument,
     ClientEvent,
     ClientSession,
     StatelessReceived,
+    WriteRefused,
 )
 from .connect_errors import ConnectionFailedError, describe
 from .errors import ProtocolError
@@ -72,6 +84,20 @@ class PermissionDeniedError(Exception):
 
 class ClientClosedError(Exception):
     """The client was closed while waiting."""
+
+
+class WriteRefusedError(Exception):
+    """The server refused a write to ``document`` for good; ``reason`` says why (a readonly
+    grant). From an edit method: nothing was changed (``local_doc`` is None). From
+    ``wait_acked()``: the handle already holds the server's state again (a new ``doc``), and
+    ``local_doc`` is the Doc as this client had it, with every change refused since the last
+    report, so nothing typed is lost."""
+
+    def __init__(self, document: str, reason: str, local_doc: Doc | None = None) -> None:
+        super().__init__(f"write to {document!r} refused: {reason}")
+        self.document = document
+        self.reason = reason
+        self.local_doc = local_doc
 
 
 class _Changes:
@@ -105,7 +131,11 @@ def _base64(position: bytes | str | None) -> str | None:
 
 
 class DocumentHandle:
-    """One open document: its pycrdt Doc, edit helpers, and waits on sync/ack/text."""
+    """One open document: its pycrdt Doc, edit helpers, and waits on sync/ack/text.
+
+    Under a read-only grant the edit helpers raise ``WriteRefusedError``; a change the server
+    refuses makes ``wait_acked()`` raise it, after ``doc`` was rolled back to the server's
+    state (a new Doc: see the module's docstring)."""
 
     def __init__(self, client: TetherClient, state: ClientDocument) -> None:
         self._client = client
@@ -114,6 +144,10 @@ class DocumentHandle:
         self.stateless: asyncio.Queue[str] = asyncio.Queue()
         self._suggestions: dict[str, asyncio.Queue[ServerAiMessage]] = {}
         self._subscription = state.doc.observe(self._on_transaction)
+        # Refusals so far, how many of them wait_acked() has reported, and the latest one.
+        self._refusals = 0
+        self._reported = 0
+        self._refusal: WriteRefusedError | None = None
 
     @property
     def name(self) -> str:
@@ -164,17 +198,29 @@ class DocumentHandle:
     # ---- edits (indexes in Python code points; pycrdt counts UTF-8 bytes) ----------------------
 
     def insert(self, index: int, value: str) -> None:
+        self._check_writable()
         current = str(self.text)
         self.text.insert(len(current[:index].encode("utf-8")), value)
 
     def append(self, value: str) -> None:
+        self._check_writable()
         self.text.insert(len(str(self.text).encode("utf-8")), value)
 
     def delete(self, index: int, length: int) -> None:
+        self._check_writable()
         current = str(self.text)
         start = len(current[:index].encode("utf-8"))
         end = len(current[: index + length].encode("utf-8"))
         del self.text[start:end]
+
+    def _check_writable(self) -> None:
+        if self._state.readonly:
+            raise WriteRefusedError(self.name, READONLY_REASON)
+
+    def set_token(self, token: str) -> None:
+        """Give this document a new token (refreshed, or another grant): the server verifies it
+        at once and ``scope`` follows its answer; reconnects send it from now on."""
+        self._client._send_frames(self._client._session.reauthenticate(self.name, token))
 
     def set_presence(self, presence: dict[str, Any] | None) -> None:
         self._client._send_frames(self._client._session.set_presence(self.name, presence))
@@ -257,13 +303,19 @@ class DocumentHandle:
         await self.wait_for(lambda: self._state.synced, timeout)
 
     async def wait_acked(self, timeout: float = 10.0) -> None:
-        """Until every local edit so far is acknowledged (durably stored) by the server."""
-        await self.wait_for(
-            lambda: (
-                self._client.connected.is_set() and self._state.synced and self._state.all_acked
-            ),
-            timeout,
-        )
+        """Until every local edit so far is acknowledged (durably stored) by the server.
+
+        Raises ``WriteRefusedError`` if the server refused a change of this handle that no
+        earlier ``wait_acked()`` reported; by then the handle holds the server's state again."""
+        reported = self._reported
+
+        def acked() -> bool:
+            if self._refusals > reported and self._refusal is not None:
+                self._reported = self._refusals
+                raise self._refusal
+            return self._client.connected.is_set() and self._state.synced and self._state.all_acked
+
+        await self.wait_for(acked, timeout)
 
     async def wait_text(self, expected: str | Callable[[str], bool], timeout: float = 10.0) -> str:
         check = expected if callable(expected) else (lambda text: text == expected)
@@ -282,6 +334,19 @@ class DocumentHandle:
 
     def _on_transaction(self, event: TransactionEvent) -> None:
         self._client._send_frames(self._client._session.local_update(self.name, event.update))
+
+    def _rolled_back(self, event: WriteRefused) -> None:
+        """The session swapped in the server's state: follow the new Doc, keep the refusal."""
+        event.local_doc.unobserve(self._subscription)
+        self._subscription = self._state.doc.observe(self._on_transaction)
+        log.warning("document %r: a write was refused (%s)", self.name, event.reason)
+        pending = self._refusal if self._reported < self._refusals else None
+        if pending is not None and pending.local_doc is not None:
+            # Not reported yet: one error, one local copy holding every refused change.
+            pending.local_doc.apply_update(event.local_doc.get_update())
+        else:
+            self._refusal = WriteRefusedError(self.name, event.reason, event.local_doc)
+        self._refusals += 1
 
     def _detach(self) -> None:
         self._state.doc.unobserve(self._subscription)
@@ -576,6 +641,10 @@ class TetherClient:
                 handle = self._handles.get(event.channel)
                 if handle is not None:
                     handle._stateless(event.payload)
+            elif isinstance(event, WriteRefused):
+                handle = self._handles.get(event.channel)
+                if handle is not None:
+                    handle._rolled_back(event)
             elif isinstance(event, AuthRefused):
                 log.info("document %r refused: %s", event.channel, event.reason)
         if events:

@@ -4,18 +4,29 @@ Owns each open document's Doc, its auth/sync state and its acknowledgement count
 nothing of sockets or asyncio: methods return frames to send and events that happened.
 Local edits are not buffered while offline: reconnecting sends our state vector and answers the
 server's with exactly what it lacks, so offline edits travel in that reply.
+
+A ``SyncStatus 0`` for a frame that carried a local change is a refused write under a readonly
+grant (``WriteRefused``, once the document is rolled back) and a "send it again" under a
+read-write one (the server's next step1 asks for it; not acknowledged until that answer is).
+The rollback: a fresh Doc asks the server for its whole state (``syncStep1`` of the empty state
+vector) and takes every update that arrives meanwhile; when the answering ``syncStep2`` arrives
+it becomes the document, and the old Doc, refused changes and all, goes to the caller. Until
+then nothing local is sent and the server's step1s are answered from the fresh Doc, so the
+refused change is not offered again (PROTOCOL.md, "Refused writes").
 """
 
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass, field
 
-from pycrdt import Doc, Text
+from pycrdt import Doc, Text, get_state
 
 from .errors import SessionViolation
 from .messages import (
     PONG_FRAME,
+    SCOPE_READONLY,
     Authenticated,
     AuthToken,
     Awareness,
@@ -29,6 +40,7 @@ from .messages import (
     decode_frame,
 )
 from .sync import (
+    EMPTY_UPDATE,
     AwarenessEntry,
     SyncStep1,
     SyncStep2,
@@ -39,6 +51,9 @@ from .sync import (
 
 TEXT_NAME = "content"
 REMOTE_ORIGIN = "tether-remote"
+READONLY_REASON = "readonly grant: this token may read the document, not write it"
+# What an update's state vector is when it holds no structs (only deletions, or nothing).
+_NO_STRUCTS = b"\x00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +101,16 @@ class DocumentClosed:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class WriteRefused:
+    """The server refused a write for good; the document now holds the server's state and
+    ``local_doc`` is the Doc as it was before, the refused changes in it."""
+
+    channel: str
+    reason: str
+    local_doc: Doc
+
+
 ClientEvent = (
     AuthGranted
     | AuthRefused
@@ -95,6 +120,7 @@ ClientEvent = (
     | PresenceChanged
     | StatelessReceived
     | DocumentClosed
+    | WriteRefused
 )
 
 
@@ -114,6 +140,17 @@ class ClientDocument:
     rejected: int = 0
     # A local edit happened while offline: it is unacknowledged until the resync reply is acked.
     dirty_offline: bool = False
+    # One entry per frame awaiting its SyncStatus: whether it carries a local change (a step2
+    # reply with nothing new does not; under readonly even its delete set is answered 0).
+    in_flight: deque[bool] = field(default_factory=deque)
+    # A write answered 0 under a read-write grant: the server's next step1 asks for it again.
+    resend_due: bool = False
+    # While a refused write is rolled back: the server's state, filling from its answer to our
+    # step1 and every update since; None otherwise.
+    rollback: Doc | None = None
+    rollback_reason: str = ""
+    # Our step1s awaiting their syncStep2, oldest first: True for the rollback's.
+    step1s: deque[bool] = field(default_factory=deque)
     presence: dict[int, AwarenessEntry] = field(default_factory=dict)
     local_presence: str | None = None
     local_clock: int = 0
@@ -124,7 +161,16 @@ class ClientDocument:
 
     @property
     def all_acked(self) -> bool:
-        return self.acked >= self.sent and not self.dirty_offline
+        return (
+            self.acked >= self.sent
+            and not self.dirty_offline
+            and not self.resend_due
+            and self.rollback is None
+        )
+
+    @property
+    def readonly(self) -> bool:
+        return self.scope == SCOPE_READONLY
 
 
 class ClientSession:
@@ -149,23 +195,38 @@ class ClientSession:
         state.scope = None
         state.refused = None
         state.sent = state.acked = 0
+        state.in_flight.clear()
+        state.step1s.clear()
+        # A rollback under way asks for what its fresh Doc lacks: the refused change stays out.
+        state.step1s.append(state.rollback is not None)
         return [
             AuthToken(channel, state.token, "tether-py").encode(),
-            Sync(channel, SyncStep1(state.doc.get_state())).encode(),
+            Sync(channel, SyncStep1(_source(state).get_state())).encode(),
             *self._presence_frames(state),
         ]
+
+    def reauthenticate(self, channel: str, token: str) -> list[bytes]:
+        """A new token for an open document (refreshed, or narrowed): the server verifies it
+        and answers ``Authenticated`` (the scope may change) or ``PermissionDenied``; it is also
+        the token every reconnect sends from now on."""
+        state = self.documents[channel]
+        state.token = token
+        if not self.connected:
+            return []
+        return [AuthToken(channel, token, "tether-py").encode()]
 
     def local_update(self, channel: str, update: bytes) -> list[bytes]:
         """A local transaction produced ``update``: send it now, or carry it in the resync."""
         if self._applying_remote:
             return []
         state = self.documents.get(channel)
-        if state is None:
-            return []
+        if state is None or state.rollback is not None:
+            return []  # during a rollback the Doc is the refused copy: nothing of it is sent
         if not self.connected or state.scope is None:
             state.dirty_offline = True
             return []
         state.sent += 1
+        state.in_flight.append(update != EMPTY_UPDATE)
         return [Sync(channel, SyncUpdate(update)).encode()]
 
     def set_presence(self, channel: str, presence: dict[str, object] | None) -> list[bytes]:
@@ -183,6 +244,17 @@ class ClientSession:
         )
         return [Awareness(state.channel, encode_awareness([entry])).encode()]
 
+    def _presence_moved(self, state: ClientDocument, old_client_id: int) -> list[bytes]:
+        """After a rollback the Doc's client id is new: the old id leaves, the new one shows."""
+        if state.local_presence is None and state.local_clock == 0:
+            return []
+        state.local_clock += 1
+        gone = AwarenessEntry(old_client_id, state.local_clock, "null")
+        return [
+            Awareness(state.channel, encode_awareness([gone])).encode(),
+            *self._presence_frames(state),
+        ]
+
     def close(self, channel: str) -> list[bytes]:
         if self.documents.pop(channel, None) is None:
             return []
@@ -191,8 +263,9 @@ class ClientSession:
     def disconnected(self) -> None:
         self.connected = False
         for state in self.documents.values():
-            if state.sent > state.acked:
-                state.dirty_offline = True
+            if any(state.in_flight) or state.resend_due:
+                state.dirty_offline = True  # the resync's reply carries it again
+            state.resend_due = False
             state.synced = False
             state.presence.clear()
 
@@ -210,10 +283,7 @@ class ClientSession:
         if isinstance(message, Sync):
             return self._on_sync(state, message)
         if isinstance(message, SyncStatus):
-            state.acked += 1
-            if not message.applied:
-                state.rejected += 1
-            return [], [Acked(state.channel, message.applied)]
+            return self._on_status(state, message.applied)
         if isinstance(message, Authenticated):
             state.scope = message.scope
             return [], [AuthGranted(state.channel, message.scope)]
@@ -229,27 +299,79 @@ class ClientSession:
             return [], [DocumentClosed(state.channel, message.reason or "")]
         return [], []
 
+    def _on_status(
+        self, state: ClientDocument, applied: bool
+    ) -> tuple[list[bytes], list[ClientEvent]]:
+        state.acked += 1
+        carried = state.in_flight.popleft() if state.in_flight else False
+        events: list[ClientEvent] = [Acked(state.channel, applied)]
+        if applied:
+            return [], events
+        state.rejected += 1
+        if not carried:
+            return [], events  # nothing of ours in it (a readonly reply's known delete set)
+        if not state.readonly:
+            state.resend_due = True  # the server asks again with its step1 (PROTOCOL.md)
+            return [], events
+        if state.rollback is not None:
+            return [], events  # sent before the rollback began: its answer covers this one
+        state.rollback = Doc()  # a new client id: the refused clocks are never reused
+        state.rollback_reason = READONLY_REASON
+        return self._ask_for_rollback(state), events
+
+    def _ask_for_rollback(self, state: ClientDocument) -> list[bytes]:
+        """The rollback's step1, once no other step1 of ours awaits its answer: a server that
+        rebuilds the document answers only a peer's latest step1, and an answer does not say
+        which question it answers."""
+        if state.rollback is None or state.step1s:
+            return []
+        state.step1s.append(True)
+        return [Sync(state.channel, SyncStep1(state.rollback.get_state())).encode()]
+
     def _on_sync(
         self, state: ClientDocument, message: Sync
     ) -> tuple[list[bytes], list[ClientEvent]]:
         inner = message.message
         if isinstance(inner, SyncStep1):
-            reply = state.doc.get_update(inner.state_vector)
+            rolling_back = state.rollback is not None
+            reply = _source(state).get_update(inner.state_vector)
+            carries = not rolling_back and (state.dirty_offline or get_state(reply) != _NO_STRUCTS)
             state.sent += 1
+            state.in_flight.append(carries)
             state.dirty_offline = False  # the reply carries every offline edit
+            state.resend_due = False  # and every write the server asks for again
             return [Sync(state.channel, SyncStep2(reply)).encode()], []
         self._apply_remote(state, inner.update)
+        frames: list[bytes] = []
         events: list[ClientEvent] = [RemoteChange(state.channel)]
-        if isinstance(inner, SyncStep2) and not state.synced:
-            state.synced = True
-            events.append(Synced(state.channel))
-        return [], events
+        if isinstance(inner, SyncStep2):
+            answers_rollback = state.step1s.popleft() if state.step1s else False
+            if answers_rollback and state.rollback is not None:
+                frames, refused = self._swap(state)
+                events.append(refused)
+            else:
+                frames = self._ask_for_rollback(state)  # deferred behind the answer just in
+            if not state.synced:
+                state.synced = True
+                events.append(Synced(state.channel))
+        return frames, events
+
+    def _swap(self, state: ClientDocument) -> tuple[list[bytes], WriteRefused]:
+        """The rollback's Doc holds the server's state now: it becomes the document."""
+        assert state.rollback is not None
+        local = state.doc
+        state.doc, state.rollback = state.rollback, None
+        state.dirty_offline = False  # what was unsent is in the refused copy
+        refused = WriteRefused(state.channel, state.rollback_reason, local)
+        return self._presence_moved(state, local.client_id), refused
 
     def _apply_remote(self, state: ClientDocument, update: bytes) -> None:
         self._applying_remote = True
         try:
-            with state.doc.transaction(origin=REMOTE_ORIGIN):
-                state.doc.apply_update(update)
+            for doc in (state.doc, state.rollback):
+                if doc is not None:
+                    with doc.transaction(origin=REMOTE_ORIGIN):
+                        doc.apply_update(update)
         finally:
             self._applying_remote = False
 
@@ -259,3 +381,8 @@ class ClientSession:
                 state.presence.pop(entry.client_id, None)
             else:
                 state.presence[entry.client_id] = entry
+
+
+def _source(state: ClientDocument) -> Doc:
+    """The Doc whose state we offer the server: the rollback's while one is under way."""
+    return state.rollback if state.rollback is not None else state.doc

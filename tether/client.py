@@ -9,6 +9,7 @@ from tether.protocol.client import (
     PermissionDeniedError,
     SuggestionFailedError,
     TetherClient,
+    WriteRefusedError,
 )
 from tether.protocol.connect_errors import ConnectionFailedError
 
@@ -19,4 +20,5 @@ __all__ = [
     "PermissionDeniedError",
     "SuggestionFailedError",
     "TetherClient",
+    "WriteRefusedError",
 ]
