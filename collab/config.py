@@ -117,6 +117,9 @@ class Settings:
     # The Y.XmlFragment a rich document keeps its tree in (Tiptap's and y-prosemirror's field);
     # REST, webhooks, versions and direct reads read it, else the plain Y.Text "content".
     rich_fragment: str = "default"
+    # The web editor keeps each open document in the browser (IndexedDB) and its page shell in
+    # a service worker, so edits survive a reload and an outage; "off" for shared machines.
+    web_local_copies: str = "on"
     # A Markdown body (PUT text/markdown) is parsed and written as a tree in a worker thread, in
     # time linear in its size (~30 µs a byte through the whole import) and memory up to ~1.7 KB
     # a byte at its peak (collab.rooms.import_budget).
@@ -411,6 +414,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "openai_api": ("chat", "completions"),
     "ai_routing": ("affinity", "round-robin"),
     "gc_policy": ("freeze", "default"),
+    "web_local_copies": ("on", "off"),
 }
 
 

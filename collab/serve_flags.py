@@ -117,6 +117,12 @@ GROUPS: tuple[Group, ...] = (
                 "comma-separated origins whose pages may call the REST API (/api) cross-site"
                 " (CORS); their pages get no WebSocket access by this",
             ),
+            (
+                "web_local_copies",
+                ONE_OF,
+                "'on': the web editor keeps open documents in the browser, so edits survive a"
+                " reload and an outage; 'off' keeps none and clears them (shared machines)",
+            ),
         ),
     ),
     Group(

@@ -22,6 +22,7 @@ def test_the_editor_shell_carries_the_document_name_as_script_safe_json(server: 
         "ai": False,
         "base": "",
         "fragment": "default",
+        "local": True,
     }
     assert 'src="/static/editor.js"' in body
 
@@ -34,3 +35,13 @@ def test_the_index_shell_loads_the_index_bundle(server: ServerProcess):
 
 def test_a_control_character_in_a_document_name_is_refused(server: ServerProcess):
     assert httpx.get(server.http_url + "/d/bad%01name").status_code == 400
+
+
+def test_the_service_worker_is_served_at_the_root_of_the_pages_and_never_cached(
+    server: ServerProcess,
+):
+    response = httpx.get(server.http_url + "/sw.js")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/javascript")
+    assert response.headers["cache-control"] == "no-cache"
+    assert "tether-shell-" in response.text  # the build's cache, named by its version

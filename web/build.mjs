@@ -1,9 +1,11 @@
-// Builds the committed browser bundles: web/dist/{editor,index}.{js,css}.
+// Builds the committed browser bundles: web/dist/{editor,index}.{js,css}, their chunks, and
+// the service worker web/dist/sw.js that keeps them for offline use (src/sw.js).
 // Usage: node build.mjs [--watch]
 import * as esbuild from "esbuild";
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
-import { readdirSync, rmSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { readFileSync, readdirSync, rmSync } from "node:fs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const options = {
@@ -26,6 +28,28 @@ const options = {
   mainFields: ["module", "browser", "main"],
 };
 
+/** sw.js, told the files to cache and a version: the hash of the build, so a new build is a
+ * new worker whose cache replaces the old one. */
+async function buildWorker() {
+  const dist = join(here, "dist");
+  const files = readdirSync(dist).filter((name) => name !== "sw.js" && /\.(js|css)$/.test(name)).sort();
+  const hash = createHash("sha256");
+  for (const name of files) hash.update(name).update(readFileSync(join(dist, name)));
+  await esbuild.build({
+    entryPoints: [join(here, "src/sw.js")],
+    outfile: join(dist, "sw.js"),
+    bundle: false,
+    target: "es2020",
+    minify: true,
+    legalComments: "none",
+    logLevel: "info",
+    define: {
+      TETHER_VERSION: JSON.stringify(hash.digest("hex").slice(0, 16)),
+      TETHER_FILES: JSON.stringify(files),
+    },
+  });
+}
+
 // Chunks carry their hash in their name: drop the previous build's before writing new ones.
 for (const name of readdirSync(join(here, "dist"))) {
   if (name.startsWith("chunk-") || name.startsWith("rich_editor-") || name.startsWith("plain_editor-")) {
@@ -34,8 +58,11 @@ for (const name of readdirSync(join(here, "dist"))) {
 }
 
 if (process.argv.includes("--watch")) {
-  const ctx = await esbuild.context(options);
+  // While developing: the worker follows each rebuild (a reload then installs it).
+  const rebuilt = { name: "service-worker", setup: (b) => b.onEnd((r) => !r.errors.length && buildWorker()) };
+  const ctx = await esbuild.context({ ...options, plugins: [rebuilt] });
   await ctx.watch();
 } else {
   await esbuild.build(options);
+  await buildWorker();
 }

@@ -1,5 +1,6 @@
 """The HTML pages (the document list and the editor) and the committed web bundle they load,
-each page with its Content-Security-Policy. Knows no documents beyond a name to show.
+each page with its Content-Security-Policy, and the service worker that keeps them for offline
+use (``/sw.js``). Knows no documents beyond a name to show.
 """
 
 from __future__ import annotations
@@ -20,18 +21,41 @@ from ..connection.context import valid_document_name
 from .web_extras import FAVICON_PATH
 
 WEB_DIST = Path(__file__).resolve().parents[2] / "web" / "dist"  # the committed bundle
+SERVICE_WORKER = WEB_DIST / "sw.js"
 
 
 class Pages:
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
+        self._local = settings.web_local_copies == "on"
+        # Read once: a few kB, and a build replaces it only with the server's code.
+        self._worker = SERVICE_WORKER.read_bytes() if SERVICE_WORKER.is_file() else None
 
     def routes(self) -> list[Route | Mount]:
-        return [Route("/", self.index), Route("/d/{name:path}", self.editor), _static_route()]
+        return [
+            Route("/", self.index),
+            Route("/d/{name:path}", self.editor),
+            Route("/sw.js", self.service_worker),
+            _static_route(),
+        ]
 
     async def index(self, request: Request) -> Response:
         base = _base(request)
-        return _page("tether", "index", {"auth": self._settings.auth, "base": base}, base)
+        config = {"auth": self._settings.auth, "base": base, "local": self._local}
+        return _page("tether", "index", config, base)
+
+    async def service_worker(self, request: Request) -> Response:
+        """The worker that keeps the page shell (web/src/sw.js), at the root of the pages so
+        its scope covers /d/*. Not there with --web-local-copies off: a browser asking to
+        update one it registered before gets 404, and drops it."""
+        if self._worker is None or not self._local:
+            return JSONResponse({"error": "no service worker here"}, status_code=404)
+        return Response(
+            self._worker,
+            media_type="text/javascript; charset=utf-8",
+            # Checked on every page load, so a new build's worker replaces the old at once.
+            headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+        )
 
     async def editor(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -46,6 +70,8 @@ class Pages:
             "base": base,
             # The rich editor binds to the fragment the server reads (--rich-fragment).
             "fragment": settings.rich_fragment,
+            # Keep the document in the browser (IndexedDB) and the shell offline (/sw.js).
+            "local": self._local,
         }
         return _page(f"{name} · tether", "editor", config, base)
 

@@ -2,6 +2,7 @@
 
 const TOKEN_KEY = "tether.token";
 const NAME_KEY = "tether.name";
+const GUEST_KEY = "tether.guest";
 
 /**
  * What the HTML shell put in window.TETHER ({auth: "jwt"|"none", document?: string, base:
@@ -53,17 +54,27 @@ export function appRoot() {
 }
 
 /**
- * The token: `?token=` in the URL wins (and is remembered in localStorage), then the remembered
- * one, else "" (an empty token is still a token: `--auth none` accepts it).
+ * The token: `?token=` in the URL wins; it is moved out of the address bar at once (so a shared
+ * link or the history never carries it) into this tab's sessionStorage, which a reload reads.
+ * Else the tab's remembered one, else "" (an empty token is still a token: `--auth none`
+ * accepts it). Never kept in localStorage: on a shared machine it would outlive the tab.
  */
 export function currentToken() {
-  const fromUrl = new URLSearchParams(location.search).get("token");
+  const url = new URL(location.href);
+  const fromUrl = url.searchParams.get("token");
   if (fromUrl !== null) {
     rememberToken(fromUrl);
+    url.searchParams.delete("token");
+    try {
+      history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    } catch {
+      /* a sandboxed page: the token stays in its address */
+    }
     return fromUrl;
   }
   try {
-    return localStorage.getItem(TOKEN_KEY) || "";
+    localStorage.removeItem(TOKEN_KEY); // an older page kept it there: forget it
+    return sessionStorage.getItem(TOKEN_KEY) || "";
   } catch {
     return "";
   }
@@ -71,19 +82,17 @@ export function currentToken() {
 
 export function rememberToken(token) {
   try {
-    if (token) localStorage.setItem(TOKEN_KEY, token);
-    else localStorage.removeItem(TOKEN_KEY);
+    if (token) sessionStorage.setItem(TOKEN_KEY, token);
+    else sessionStorage.removeItem(TOKEN_KEY);
   } catch {
-    /* storage disabled: the token lives in the URL only */
+    /* storage disabled: the token lives for this page load only */
   }
 }
 
-/** Reload the page with a new token: drops any ?token= so the remembered one is used. */
+/** Reload the page with a new token, remembered for this tab. */
 export function signInWith(token) {
   rememberToken(token.trim());
-  const url = new URL(location.href);
-  url.searchParams.delete("token");
-  location.replace(url.toString());
+  location.reload();
 }
 
 /** The JWT's claims, unverified (only for display), or {} when it is not a JWT. */
@@ -105,21 +114,60 @@ export function tokenClaims(token) {
   }
 }
 
-/** A display name: the token's `name` (or `sub`), a remembered one, or "Guest 1234". */
+/** The name this browser shows in presence: the one typed in the name field (kept in
+ * localStorage), else the token's `name` (or `sub`), else a guest name kept the same way, so a
+ * reload keeps the name and with it the colour. */
 export function displayName(token) {
+  const typed = storedName();
+  if (typed) return typed;
   const claims = tokenClaims(token);
-  if (typeof claims.name === "string" && claims.name.trim()) return claims.name.trim();
-  if (typeof claims.sub === "string" && claims.sub.trim()) return claims.sub.trim();
+  if (typeof claims.name === "string" && claims.name.trim()) return claims.name.trim().slice(0, MAX_NAME);
+  if (typeof claims.sub === "string" && claims.sub.trim()) return claims.sub.trim().slice(0, MAX_NAME);
   try {
-    // Per tab (sessionStorage), so two tabs of one browser are told apart in "who is here".
-    const remembered = sessionStorage.getItem(NAME_KEY);
+    const remembered = localStorage.getItem(GUEST_KEY);
     if (remembered) return remembered;
     const guest = `Guest ${1000 + Math.floor(Math.random() * 9000)}`;
-    sessionStorage.setItem(NAME_KEY, guest);
+    localStorage.setItem(GUEST_KEY, guest);
     return guest;
   } catch {
     return `Guest ${1000 + Math.floor(Math.random() * 9000)}`;
   }
+}
+
+export const MAX_NAME = 64; // what the server and other pages keep of a name (presence.js)
+
+function storedName() {
+  try {
+    return (localStorage.getItem(NAME_KEY) || "").trim().slice(0, MAX_NAME);
+  } catch {
+    return "";
+  }
+}
+
+/** Keep the name typed in the page's name field ("" forgets it). */
+export function rememberName(name) {
+  try {
+    const clean = String(name || "").trim().slice(0, MAX_NAME);
+    if (clean) localStorage.setItem(NAME_KEY, clean);
+    else localStorage.removeItem(NAME_KEY);
+  } catch {
+    /* storage disabled: the name lasts this page load */
+  }
+}
+
+const COLORS = [
+  "#e4572e", "#2e86ab", "#a23b72", "#3b8f5a", "#f18f01", "#6c5ce7",
+  "#d1495b", "#00798c", "#8e6c8a", "#c17817", "#3d5a80", "#ef476f",
+];
+
+/** A colour for a name, the same on every load and in every browser (FNV-1a of its UTF-16). */
+export function colorOf(name) {
+  let hash = 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) {
+    hash ^= name.charCodeAt(i);
+    hash = Math.imul(hash, 0x01000193) >>> 0;
+  }
+  return COLORS[hash % COLORS.length];
 }
 
 /** The sign-in box: a token field that reloads the page signed in. */

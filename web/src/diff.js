@@ -59,3 +59,20 @@ export function wordDiff(before, after) {
   push("same", a.slice(endA).join(""));
   return out;
 }
+
+// What a rewrite would lose that the original had (`suggestion.end`'s `dropped`, see
+// protocol/PROTOCOL.md): [{kind, text}], checked and bounded, since it comes off the wire.
+const DROPPED_KINDS = new Set(["number", "date", "weekday", "name", "negation", "clause"]);
+const MAX_DROPPED = 32;
+const MAX_DROPPED_CHARS = 200;
+
+export function droppedItems(value) {
+  if (!Array.isArray(value)) return [];
+  const items = [];
+  for (const item of value.slice(0, MAX_DROPPED)) {
+    if (!item || typeof item !== "object" || typeof item.text !== "string" || !item.text.trim()) continue;
+    const kind = DROPPED_KINDS.has(item.kind) ? item.kind : "content";
+    items.push({ kind, text: item.text.trim().slice(0, MAX_DROPPED_CHARS) });
+  }
+  return items;
+}

@@ -2,9 +2,15 @@
 import "./common.css";
 import "./index.css";
 import { appRoot, at, config, currentToken, documentHref, h, rememberToken, signInBox, tokenClaims } from "./common.js";
+import { clearAllLocalCopies, keepShell } from "./offline.js";
 
 const cfg = config();
 const token = currentToken();
+if (cfg.local === false) {
+  // This deployment keeps no local copies: drop what an earlier setting left.
+  clearAllLocalCopies();
+  keepShell(false);
+}
 const root = appRoot();
 root.classList.add("tether-index-page");
 
@@ -39,9 +45,11 @@ const signedIn = cfg.auth === "jwt" && token
         {
           href: "#",
           id: "tether-signout",
-          onclick: (e) => {
+          onclick: async (e) => {
             e.preventDefault();
             rememberToken("");
+            // Signing out on a shared machine: no document stays behind in this browser.
+            await clearAllLocalCopies();
             location.replace(at("/"));
           },
         },

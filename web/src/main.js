@@ -6,6 +6,10 @@
 // Which editor: `?editor=rich|plain` (or window.TETHER.editor) when given; else, once synced,
 // rich when the fragment holds anything, plain when only the text does, rich for a new document.
 //
+// The document is also kept in this browser (local.js: y-indexeddb, merged before the socket
+// syncs; a service worker keeps the page shell), so edits survive a reload, a crashed tab and a
+// server that is down; `?local=off` or the deployment's --web-local-copies off keep nothing.
+//
 // Both editors are a *surface* this page drives: {kind, hasFocus(), focus(), setEditable(bool),
 // destroy(), ghost(), startGhost(id), ghostDelta(id, text), ghostEnded(id), clearGhost(silent),
 // cursor() -> request fields or null, selection() -> {fields, old} or null}; they call back
@@ -17,41 +21,53 @@ import { HocuspocusProvider, HocuspocusProviderWebsocket } from "@hocuspocus/pro
 import { guardPresence } from "./presence.js";
 import { fallbackSocketClass } from "./transport.js";
 import {
+  MAX_NAME,
   appRoot,
   at,
+  colorOf,
   config,
   currentToken,
   displayName,
   h,
+  rememberName,
   signInBox,
 } from "./common.js";
-import { wordDiff } from "./diff.js";
+import { droppedItems, wordDiff } from "./diff.js";
+import { LocalCopy } from "./local.js";
+import { clearAllLocalCopies, keepShell } from "./offline.js";
 
 const PAUSE_MS = 600;
 const MAX_TOKENS = 24;
 // Until the first sync says which kind the document is; then the local state decides.
 const CHOOSE_EDITOR_AFTER_MS = 3000;
 const NO_ANSWER_MS = 15000;
-const COLORS = [
-  "#e4572e", "#2e86ab", "#a23b72", "#3b8f5a", "#f18f01", "#6c5ce7",
-  "#d1495b", "#00798c", "#8e6c8a", "#c17817", "#3d5a80", "#ef476f",
-];
+const DELETED_REASON = "document deleted"; // the server's PermissionDenied for a deleted one
+const SYNC_STATUS = 8; // the frame type of the server's per-update answer (1 applied, 0 refused)
+// A refusal of the document that says nothing about access to it: the local copy stays.
+const KEEPS_LOCAL_COPY = ["document quarantined", "too many documents", "update too large", "invalid document name"];
 
 // ---------------------------------------------------------------- what to open, as whom
 
 const cfg = config();
 const documentName = cfg.document || documentNameFromPath(location.pathname);
-const token = currentToken();
-const user = {
-  name: displayName(token),
-  color: COLORS[Math.floor(Math.random() * COLORS.length)],
-};
-user.colorLight = user.color + "33";
+const token = currentToken(); // moves a ?token= out of the address bar first
+const user = {};
+setUser(displayName(token));
 const aiEnabled = cfg.ai !== false;
+// Local copies: on unless the deployment (window.TETHER.local) or this page load says off.
+const deploymentLocal = cfg.local !== false;
+const localWanted = deploymentLocal && new URLSearchParams(location.search).get("local") !== "off";
 // Set once they exist; refuse() may run before (no document name) or after.
 let provider = null;
 let websocketProvider = null;
 let surface = null; // the editor, once mounted
+
+/** The name shown to others, and the colour that follows from it (the same on every load). */
+function setUser(name) {
+  user.name = name;
+  user.color = colorOf(name);
+  user.colorLight = user.color + "33";
+}
 
 function documentNameFromPath(path) {
   const prefix = at("/d/");
@@ -72,6 +88,18 @@ root.classList.add("tether-editor-page");
 const statusEl = h("span", { id: "tether-status", class: "chip status-connecting", role: "status" }, "connecting…");
 const pendingEl = h("span", { id: "tether-pending", class: "chip pending" }, "");
 const scopeEl = h("span", { id: "tether-scope", class: "chip scope", hidden: true }, "read-only");
+const localEl = h("span", { id: "tether-local", class: "chip local" }, "");
+const nameInput = h("input", {
+  id: "tether-name",
+  class: "name-field",
+  type: "text",
+  maxlength: MAX_NAME,
+  autocomplete: "nickname",
+  spellcheck: "false",
+  "aria-label": "your name, shown to the others here",
+  title: "Your name, shown to the others here",
+  value: user.name,
+});
 const aiEl = h("span", { id: "tether-ai", class: "ai-status", "aria-live": "polite" }, "");
 const rewriteButton = h(
   "button",
@@ -118,8 +146,10 @@ root.append(
     h("span", { class: "docname", id: "tether-docname" }, documentName || "(no document)"),
     statusEl,
     pendingEl,
+    localEl,
     scopeEl,
     h("span", { class: "spacer" }),
+    nameInput,
     aiEl,
     suggestButton,
     rewriteButton,
@@ -142,6 +172,27 @@ if (!documentName) {
 
 const ydoc = new Y.Doc();
 const ytext = ydoc.getText("content");
+let refused = false;
+let authenticated = false;
+let writable = false;
+let everConnected = false;
+let failedSinceConnected = false; // a connection attempt failed since the socket was last up
+let gaveUp = false;
+let failures = 0; // closed or failed sockets since the last one that opened
+// Writes the server answered "not applied" (SyncStatus 0) under a read-only grant, since the
+// last authentication: they stay in this page (and its local copy) and are never saved.
+let refusedEdits = 0;
+// What the local copy says of the last visit: edits the server had not acknowledged then, and
+// the scope it last granted (so a page opened offline is editable where it was before).
+let carriedUnsaved = false;
+let storedUnsaved = false;
+let rememberedScope = null;
+
+const local = new LocalCopy(documentName, ydoc, { enabled: localWanted, onState: renderLocal });
+if (!deploymentLocal) clearAllLocalCopies(); // a deployment that keeps none keeps none at all
+keepShell(deploymentLocal, () => (document.body.dataset.shell = "kept"));
+
+const Socket = fallbackSocketClass({ token, onTransport: showTransport });
 websocketProvider = new HocuspocusProviderWebsocket({
   url: (location.protocol === "https:" ? "wss" : "ws") + "://" + location.host + at("/ws"),
   // Reconnect quickly after a server restart, never give up.
@@ -152,32 +203,51 @@ websocketProvider = new HocuspocusProviderWebsocket({
   maxDelay: 5000,
   maxAttempts: 0,
   // A WebSocket, or the same frames over HTTP when proxies refuse or kill sockets.
-  WebSocketPolyfill: fallbackSocketClass({ token, onTransport: showTransport }),
+  WebSocketPolyfill: Socket,
 });
 websocketProvider.on("maxAttemptsFailed", ({ error }) => {
   console.error("tether: cannot connect", error);
-  if (!refused) setConnection("offline", "offline (not retrying; reload the page)");
+  gaveUp = true;
+  renderConnection();
 });
-provider = new HocuspocusProvider({
-  websocketProvider,
-  name: documentName,
-  token,
-  document: ydoc,
+
+// The document's provider starts once the local copy is merged into ydoc: what it holds is then
+// the provider's starting state, and the sync handshake sends the server only what it lacks.
+local.ready.then(() => {
+  if (refused) return;
+  carriedUnsaved = storedUnsaved = local.meta.unsaved === true;
+  rememberedScope = typeof local.meta.scope === "string" ? local.meta.scope : null;
+  connectDocument();
 });
-guardPresence(provider.awareness); // first listener: remote colours are checked before use
-provider.attach();
-provider.setAwarenessField("user", user);
 
-let everConnected = false;
-let refused = false;
-let authenticated = false;
-let writable = false;
-
-function setConnection(state, label) {
-  statusEl.className = `chip status-${state}`;
-  statusEl.textContent = state === "connected" && transport ? `${label} · ${TRANSPORT_NAMES[transport]}` : label;
-  statusEl.title = transport ? `transport: ${TRANSPORT_NAMES[transport]}` : "";
-  document.body.dataset.connection = state;
+function connectDocument() {
+  provider = new HocuspocusProvider({
+    websocketProvider,
+    name: documentName,
+    token,
+    document: ydoc,
+  });
+  guardPresence(provider.awareness); // first listener: remote colours are checked before use
+  provider.on("message", onFrame); // every frame for this document, before the provider's own
+  provider.on("authenticated", onAuthenticated);
+  provider.on("authenticationFailed", onAuthenticationFailed);
+  provider.on("synced", ({ state }) => {
+    document.body.dataset.synced = state ? "true" : "false";
+    renderPending();
+    mountEditor();
+  });
+  provider.on("unsyncedChanges", () => renderPending());
+  provider.on("stateless", onStateless);
+  provider.awareness.on("change", renderPresence);
+  provider.attach();
+  provider.setAwarenessField("user", { ...user });
+  window.tether.provider = provider;
+  renderPresence();
+  renderPending();
+  // Which editor: the local copy already tells when it holds the document; else the first
+  // sync, or (offline, nothing kept) a new document's after a while.
+  if (ydoc.getXmlFragment(RICH_FIELD).length > 0 || ytext.length > 0) mountEditor();
+  setTimeout(() => mountEditor(), CHOOSE_EDITOR_AFTER_MS);
 }
 
 // Which way the frames travel (transport.js): said in the status pill, so an editor behind a
@@ -188,63 +258,209 @@ let transport = null;
 function showTransport(kind) {
   transport = kind;
   document.body.dataset.transport = kind;
-  if (!refused && websocketProvider && websocketProvider.status === "connected") {
-    setConnection("connected", "connected");
+  renderConnection();
+}
+
+/** The status pill, from the socket's state and the browser's network state, never from an
+ * event alone: whatever happened last, it says what is true now. */
+function renderConnection() {
+  if (refused) return;
+  const status = websocketProvider ? websocketProvider.status : "connecting";
+  const online = navigator.onLine !== false;
+  let state;
+  let label;
+  if (status === "connected") {
+    state = "connected";
+    label = transport ? `connected · ${TRANSPORT_NAMES[transport]}` : "connected";
+  } else if (gaveUp) {
+    state = "offline";
+    label = "offline (not retrying; reload the page)";
+  } else if (!online) {
+    state = "offline";
+    label = "offline";
+  } else if (failedSinceConnected) {
+    state = "offline";
+    label = "offline · retrying";
+  } else if (everConnected) {
+    state = "reconnecting";
+    label = "reconnecting…";
+  } else {
+    state = "connecting";
+    label = "connecting…";
   }
+  statusEl.className = `chip status-${state}`;
+  statusEl.textContent = label;
+  statusEl.title = state === "connected" && transport ? `transport: ${TRANSPORT_NAMES[transport]}` : state === "offline" ? "cannot reach the server: edits stay in this page" + (local.enabled ? " and this browser" : "") : "";
+  document.body.dataset.connection = state;
+  document.body.dataset.online = String(online);
 }
 
 websocketProvider.on("status", ({ status }) => {
   if (refused) return;
   if (status === "connected") {
     everConnected = true;
-    setConnection("connected", "connected");
-  } else if (status === "connecting") {
-    setConnection(everConnected ? "reconnecting" : "connecting", everConnected ? "reconnecting…" : "connecting…");
-  } else {
-    setConnection("offline", navigator.onLine === false ? "offline" : "offline, retrying…");
+    failedSinceConnected = false;
+    failures = 0;
+  } else if (status === "disconnected") {
+    failedSinceConnected = true;
+    failures += 1;
   }
+  document.body.dataset.failures = String(failures);
+  renderConnection();
   renderPending();
 });
-window.addEventListener("offline", () => !refused && setConnection("offline", "offline"));
 
-provider.on("authenticated", ({ scope }) => {
+window.addEventListener("offline", () => {
+  if (refused) return;
+  renderConnection();
+  // Without a network the socket is dead, though it may take a ping timeout to notice: end it
+  // now, so the state says so and reconnecting starts clean when the network is back.
+  if (websocketProvider.status === "connected" && websocketProvider.webSocket) websocketProvider.webSocket.close();
+});
+window.addEventListener("online", () => {
+  if (refused) return;
+  renderConnection();
+  Socket.networkChanged(); // a WebSocket first again, whatever failed while the network was away
+  if (websocketProvider.status !== "connected") websocketProvider.connect(); // now, not after the back-off
+});
+
+/** The frames of this document, read before the provider applies them: the provider (4.8)
+ * ignores a SyncStatus 0, so a refused write would look saved. */
+function onFrame({ event }) {
+  const bytes = new Uint8Array(event.data);
+  let pos = 0;
+  const varUint = () => {
+    let value = 0;
+    let shift = 0;
+    let byte;
+    do {
+      byte = bytes[pos++];
+      value += (byte & 0x7f) * 2 ** shift;
+      shift += 7;
+    } while (byte & 0x80 && pos < bytes.length);
+    return value;
+  };
+  const nameBytes = varUint();
+  pos += nameBytes; // past the document name
+  if (pos >= bytes.length || varUint() !== SYNC_STATUS || pos >= bytes.length) return;
+  const applied = (bytes[pos] & 0x3f) === 1; // lib0 varInt: 6 value bits, then the sign
+  if (!applied) onRefusedWrite();
+}
+
+function onRefusedWrite() {
+  // With a read-write grant the server asks for the update again itself (it was turned away
+  // while the document was rebuilt, or arrived before one it needs): it is still unsaved.
+  if (writable) return;
+  refusedEdits += 1;
+  provider.decrementUnsyncedChanges(); // answered, so not pending: refused (renderPending)
+}
+
+function onAuthenticated({ scope }) {
   authenticated = true;
   writable = scope !== "readonly";
+  // This round's handshake sends the server all it lacks: refusals are counted afresh.
+  refusedEdits = 0;
   scopeEl.hidden = writable;
   document.body.dataset.scope = scope;
+  rememberedScope = scope;
+  local.set("scope", scope);
   if (surface) surface.setEditable(writable);
   // The AI's state belongs to the socket: ask again after every (re)authentication.
   if (aiEnabled) send({ type: "status", id: AI_STATUS_ID });
   renderAiControls();
-});
-
-provider.on("authenticationFailed", ({ reason }) => {
-  refuse(`Access to “${documentName}” was refused: ${reason || "permission denied"}.`, cfg.auth === "jwt");
-});
-
-provider.on("synced", ({ state }) => {
-  document.body.dataset.synced = state ? "true" : "false";
   renderPending();
-});
+}
 
-provider.on("unsyncedChanges", () => renderPending());
-
-function renderPending() {
-  const n = provider.unsyncedChanges;
-  document.body.dataset.pending = String(n);
-  if (refused) {
-    pendingEl.textContent = "";
-  } else if (n > 0) {
-    pendingEl.textContent = n === 1 ? "1 edit not yet saved" : `${n} edits not yet saved`;
-    pendingEl.className = "chip pending unsaved";
-  } else if (provider.isSynced) {
-    pendingEl.textContent = "all changes saved";
-    pendingEl.className = "chip pending saved";
+function onAuthenticationFailed({ reason }) {
+  const why = String(reason || "permission denied");
+  // Deleted, or no longer allowed (a token for other documents, expired, revoked): this browser
+  // keeps no copy of it. A limit of the connection says nothing about access: the copy stays.
+  if (!KEEPS_LOCAL_COPY.some((prefix) => why.startsWith(prefix))) local.clear();
+  if (why === DELETED_REASON) {
+    refuse(`“${documentName}” was deleted; this browser no longer keeps a copy of it.`, false);
   } else {
-    pendingEl.textContent = "";
-    pendingEl.className = "chip pending";
+    refuse(`Access to “${documentName}” was refused: ${why}.`, cfg.auth === "jwt");
   }
 }
+
+/** Edits this page holds that the server has not acknowledged (or refused). */
+function unsavedEdits() {
+  return (provider ? provider.unsyncedChanges : 0) > 0 || carriedUnsaved || refusedEdits > 0;
+}
+
+function renderPending() {
+  const n = provider ? provider.unsyncedChanges : 0;
+  document.body.dataset.pending = String(n);
+  document.body.dataset.refused = String(refusedEdits);
+  const synced = provider !== null && provider.isSynced;
+  if (carriedUnsaved && n === 0 && synced && refusedEdits === 0) carriedUnsaved = false; // all in
+  const unsaved = unsavedEdits();
+  document.body.dataset.unsaved = String(unsaved);
+  rememberUnsaved(unsaved);
+  let text = "";
+  let state = "";
+  if (refused) {
+    text = "";
+  } else if (refusedEdits > 0) {
+    text = `read-only: ${refusedEdits === 1 ? "1 edit" : `${refusedEdits} edits`} not saved`;
+    state = "unsaved refused";
+  } else if (n > 0) {
+    text = n === 1 ? "1 edit not yet saved" : `${n} edits not yet saved`;
+    state = "unsaved";
+  } else if (carriedUnsaved) {
+    text = "edits not yet saved";
+    state = "unsaved";
+  } else if (synced) {
+    text = "all changes saved";
+    state = "saved";
+  }
+  pendingEl.textContent = text;
+  pendingEl.className = `chip pending ${state}`.trim();
+  pendingEl.title = refusedEdits > 0 ? "the server refused them: this page may only read this document" : "";
+}
+
+// The local copy's "unsaved" fact: written at once when edits start waiting (a crash then
+// leaves it set), cleared once nothing has waited for a while (not on every acknowledgement).
+const UNSAVED_CLEARED_AFTER_MS = 2000;
+let unsavedTimer = null;
+
+function rememberUnsaved(unsaved) {
+  if (refused) return;
+  if (unsaved && !storedUnsaved) {
+    storedUnsaved = true;
+    local.set("unsaved", true);
+  } else if (!unsaved && storedUnsaved && unsavedTimer === null) {
+    unsavedTimer = setTimeout(() => {
+      unsavedTimer = null;
+      if (!refused && !unsavedEdits()) {
+        storedUnsaved = false;
+        local.set("unsaved", false);
+      }
+    }, UNSAVED_CLEARED_AFTER_MS);
+  }
+}
+
+/** Where this browser keeps the document: a chip, and document.body.dataset.local for tests. */
+function renderLocal(state) {
+  document.body.dataset.local = state;
+  const shown = {
+    loading: ["", ""],
+    saving: ["local copy…", "writing the latest edits to this browser's copy"],
+    saved: ["local copy", "kept in this browser too: edits survive a reload and a server that is down"],
+    off: [localWanted ? "" : "no local copy", "this browser keeps no copy of this document"],
+    failed: ["no local copy", "this browser refused to keep a copy (storage off or full)"],
+  }[state] || ["", ""];
+  localEl.textContent = shown[0];
+  localEl.title = shown[1];
+  localEl.className = `chip local local-${state}`;
+}
+
+// Leaving with edits the server has not confirmed: the browser asks first.
+window.addEventListener("beforeunload", (event) => {
+  if (refused || !unsavedEdits()) return;
+  event.preventDefault();
+  event.returnValue = ""; // older browsers want it set
+});
 
 /** Refused: no document text on screen, the reason, and a way to sign in. */
 function refuse(message, offerSignIn) {
@@ -280,7 +496,7 @@ function refuse(message, offerSignIn) {
 // ---------------------------------------------------------------- presence
 
 function renderPresence() {
-  if (refused) return;
+  if (refused || !provider) return;
   const states = provider.awareness ? provider.awareness.getStates() : new Map();
   const me = ydoc.clientID;
   const items = [];
@@ -303,7 +519,6 @@ function renderPresence() {
   );
   document.body.dataset.peers = String(items.length);
 }
-provider.awareness && provider.awareness.on("change", renderPresence);
 
 // ---------------------------------------------------------------- AI messages
 
@@ -314,7 +529,7 @@ function newId(prefix) {
 }
 
 function send(message) {
-  if (refused) return;
+  if (refused || !provider) return;
   provider.sendStateless(JSON.stringify(message));
 }
 
@@ -382,7 +597,7 @@ function requestSuggestion({ auto }) {
   }
   if (auto && (rewrite || !surface.hasFocus())) return;
   // Positions must mean the same text on both sides: only when connected and in sync.
-  if (websocketProvider.status !== "connected" || !provider.isSynced) {
+  if (websocketProvider.status !== "connected" || !provider || !provider.isSynced) {
     if (!auto) aiNote("not connected: suggestions need the server");
     return;
   }
@@ -416,8 +631,7 @@ const editorCtx = {
   },
 };
 
-
-provider.on("stateless", ({ payload }) => {
+function onStateless({ payload }) {
   let msg;
   try {
     msg = JSON.parse(payload);
@@ -440,7 +654,7 @@ provider.on("stateless", ({ payload }) => {
       aiNote("The text there changed; ask again.");
     }
   }
-});
+}
 
 /** The model worker died under a suggestion: grey out until ai.status says ready again. */
 function onUnavailable(msg) {
@@ -510,6 +724,11 @@ function startRewrite() {
     streaming: true,
     state: "streaming",
     note: "",
+    code: "",
+    // What the server says the rewrite loses (suggestion.end's `dropped`), and whether the
+    // panel has shown it: only then may Accept confirm it.
+    dropped: [],
+    droppedShown: false,
   };
   surface.clearGhost(true); // superseded by this request
   send({ type: "suggest", id, kind: "rewrite", ...selected.fields });
@@ -523,9 +742,12 @@ function onRewriteMessage(msg) {
       break;
     case "suggestion.end":
       rewrite.streaming = false;
+      takeDropped(msg);
       if (rewrite.state === "streaming") {
         rewrite.state = msg.reason === "done" ? "ready" : "ended";
         if (msg.reason !== "done") rewrite.note = `stopped (${msg.reason})`;
+      } else if (rewrite.code === "confirm_required" && rewrite.dropped.length) {
+        rewrite.state = "ready"; // refused unconfirmed before the list came: now it can be
       }
       break;
     case "suggestion.accepted":
@@ -533,6 +755,14 @@ function onRewriteMessage(msg) {
       aiNote("rewrite applied");
       break;
     case "suggestion.error":
+      rewrite.code = String(msg.code || "");
+      if (msg.code === "confirm_required") {
+        // Accepted before the panel showed what it drops: show it, then Accept confirms.
+        takeDropped(msg);
+        rewrite.state = rewrite.dropped.length ? "ready" : "error";
+        rewrite.note = rewrite.dropped.length ? "" : msg.message || "it would drop content of the original";
+        break;
+      }
       rewrite.streaming = false;
       rewrite.state = "error";
       rewrite.note = msg.message || msg.code;
@@ -540,6 +770,28 @@ function onRewriteMessage(msg) {
     default:
       break;
   }
+  renderRewrite();
+}
+
+function takeDropped(msg) {
+  const dropped = droppedItems(msg.dropped);
+  if (dropped.length) {
+    rewrite.dropped = dropped;
+    rewrite.droppedShown = false; // a new list: shown by the next render
+  }
+}
+
+function acceptRewrite() {
+  if (!rewrite) return;
+  const message = { type: "accept", id: rewrite.id };
+  // Confirm what it drops only once the panel has shown that list (never from a shortcut).
+  if (rewrite.dropped.length) {
+    if (!rewrite.droppedShown) return;
+    message.confirm_dropped = true;
+  }
+  send(message);
+  rewrite.streaming = false;
+  rewrite.state = "accepting";
   renderRewrite();
 }
 
@@ -563,17 +815,30 @@ function renderRewrite() {
       p.op === "same" ? h("span", {}, p.text) : h(p.op === "del" ? "del" : "ins", {}, p.text),
     ),
   );
+  const drops = rewrite.dropped.length > 0;
   const label = {
     streaming: "writing…",
-    ready: "ready",
+    ready: drops ? "check what it drops" : "ready",
     accepting: "applying…",
     ended: rewrite.note,
     error: `error: ${rewrite.note}`,
   }[rewrite.state] || "";
   const canAccept = writable && rewrite.received.length > 0 &&
     (rewrite.state === "streaming" || rewrite.state === "ready" || rewrite.state === "ended");
+  const droppedEl = drops
+    ? h(
+        "div",
+        { class: "dropped", id: "tether-rewrite-dropped", role: "alert" },
+        h("strong", {}, "Would drop: "),
+        rewrite.dropped.flatMap((item, i) => [
+          i ? ", " : "",
+          h("span", { class: `dropped-item dropped-${item.kind}`, title: item.kind, "data-kind": item.kind }, item.text),
+        ]),
+      )
+    : null;
   rewritePanel.replaceChildren(
     h("h2", {}, "Rewrite ", h("small", { class: `rewrite-state ${rewrite.state}` }, label)),
+    droppedEl,
     diff,
     h(
       "div",
@@ -585,20 +850,16 @@ function renderRewrite() {
           id: "tether-rewrite-accept",
           class: "primary",
           disabled: !canAccept,
-          onclick: () => {
-            if (!rewrite) return;
-            send({ type: "accept", id: rewrite.id });
-            rewrite.streaming = false;
-            rewrite.state = "accepting";
-            renderRewrite();
-          },
+          onclick: acceptRewrite,
         },
-        "Accept",
+        drops ? "Accept anyway" : "Accept",
       ),
       h("button", { type: "button", id: "tether-rewrite-reject", onclick: closeRewrite }, "Reject"),
     ),
   );
   rewritePanel.hidden = false;
+  if (drops) rewrite.droppedShown = true; // on screen, above the diff and the Accept button
+  document.body.dataset.rewriteDropped = String(rewrite.dropped.length);
 }
 
 // ---------------------------------------------------------------- the editor
@@ -614,7 +875,7 @@ function chooseKind() {
 }
 
 async function mountEditor() {
-  if (surface || refused) return;
+  if (surface || refused || !provider) return;
   const kind = chooseKind();
   // Each editor is a chunk of its own: a page loads only the one it shows.
   const module = kind === "rich" ? await import("./rich_editor.js") : await import("./plain_editor.js");
@@ -623,14 +884,13 @@ async function mountEditor() {
   document.body.dataset.editor = kind;
   const ctx = { ...editorCtx, ydoc, provider, awareness: provider.awareness, user, field: RICH_FIELD };
   surface = kind === "rich" ? module.mountRich(editorEl, ctx) : module.mountPlain(editorEl, ctx);
-  if (authenticated) surface.setEditable(writable);
+  // Offline, before the server says: editable where the last grant was read-write (the
+  // server refuses the edits later if that changed, and the page says so).
+  surface.setEditable(authenticated ? writable : rememberedScope === "read-write");
   Object.assign(window.tether, { surface, view: surface.view, editor: surface.editor });
   renderAiControls();
 }
 
-provider.on("synced", () => mountEditor());
-setTimeout(() => mountEditor(), CHOOSE_EDITOR_AFTER_MS); // offline: what this page has
-if (provider.isSynced) mountEditor();
 
 suggestButton.addEventListener("click", () => {
   if (!surface) return;
@@ -640,9 +900,29 @@ suggestButton.addEventListener("click", () => {
 rewriteButton.addEventListener("mousedown", (e) => e.preventDefault()); // keep the selection
 rewriteButton.addEventListener("click", () => startRewrite());
 
-renderPresence();
+nameInput.addEventListener("change", () => {
+  rememberName(nameInput.value);
+  setUser(nameInput.value.trim().slice(0, MAX_NAME) || displayName(token));
+  nameInput.value = user.name;
+  if (provider && !refused) provider.setAwarenessField("user", { ...user });
+  renderPresence();
+});
+
+renderConnection();
 renderPending();
 renderAiControls();
 
-// For scripted browser tests and debugging (the editor's fields are set once it is mounted).
-window.tether = { provider, websocketProvider, ydoc, ytext, user, documentName, surface: null, view: null, editor: null };
+// For scripted browser tests and debugging (the provider is set once the local copy is merged,
+// the editor's fields once it is mounted).
+window.tether = {
+  provider,
+  websocketProvider,
+  ydoc,
+  ytext,
+  user,
+  local,
+  documentName,
+  surface: null,
+  view: null,
+  editor: null,
+};

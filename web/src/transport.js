@@ -3,8 +3,12 @@
 // the upgrade) or keeps dying young (a proxy kills long-lived sockets), it carries the SAME
 // frames over tether's HTTP transport instead (protocol/PROTOCOL.md, "HTTP fallback"): POSTed
 // batches up, an event stream down, long polls when the stream is held by a buffering proxy.
-// While on HTTP it tries a WebSocket again every retryInterval and moves back when one opens.
-// The provider never knows: auth, sync, presence, acks and AI messages are unchanged.
+// While on HTTP it tries a WebSocket again every retryInterval and moves back when one opens;
+// after a WebSocket has worked on this page, a failed upgrade is more likely a blip (the server
+// restarting, the network away) than a proxy: then it tries again from 1 s, doubling. And when
+// HTTP cannot reach the server either, nothing is learnt about WebSockets: the next attempt
+// tries one first again. The provider never knows: auth, sync, presence, acks and AI messages
+// are unchanged.
 
 const CONNECTING = 0;
 const OPEN = 1;
@@ -17,6 +21,7 @@ const DEATHS_BEFORE_FALLBACK = 2;
 const FIRST_BYTE_MS = 3000; // no first byte on the stream this soon: long polls instead
 const ACK_MS = 1000;
 const RESUME_ATTEMPTS = 3;
+const QUICK_PROBE_MS = 1000; // the first WebSocket retry after a blip; doubles up to retryInterval
 
 /**
  * The WebSocketPolyfill class for HocuspocusProviderWebsocket.
@@ -26,7 +31,8 @@ const RESUME_ATTEMPTS = 3;
 export function fallbackSocketClass({ token, onTransport = () => {}, retryInterval = 60000 }) {
   // fallbacks: in a row; each doubles the wait before the next WebSocket try (to 16x), so a
   // proxy that passes the upgrade but kills the socket does not make us flap every minute.
-  const choice = { brokenAt: 0, deaths: 0, fallbacks: 0 };
+  // wsOpened: a WebSocket has opened on this page (so one can get through from here).
+  const choice = { brokenAt: 0, deaths: 0, fallbacks: 0, wsOpened: false };
   const retryAfter = () => retryInterval * 2 ** Math.min(Math.max(choice.fallbacks - 1, 0), 4);
   const httpBase = location.origin;
 
@@ -41,6 +47,12 @@ export function fallbackSocketClass({ token, onTransport = () => {}, retryInterv
   }
 
   class FallbackSocket extends EventTarget {
+    /** The browser's network came back: whatever failed while it was away says nothing. */
+    static networkChanged() {
+      choice.brokenAt = 0;
+      choice.deaths = 0;
+    }
+
     constructor(url) {
       super();
       this.url = url;
@@ -101,16 +113,19 @@ export function fallbackSocketClass({ token, onTransport = () => {}, retryInterv
       let openedAt = 0;
       ws.addEventListener("open", () => {
         openedAt = Date.now();
+        choice.wsOpened = true;
         this._opened("ws");
       });
       ws.addEventListener("message", (event) => this._emit("message", { data: event.data }));
       ws.addEventListener("close", (event) => {
         if (this.readyState >= CLOSING) return;
         if (!openedAt) {
-          // The upgrade failed: fall back now, inside this same connection attempt.
+          // The upgrade failed: fall back now, inside this same connection attempt. Should HTTP
+          // not reach the server either, the choice before this attempt stands.
+          const before = { ...choice };
           giveUpOnWs();
           this._ws = null;
-          this._openHttp();
+          this._openHttp({ before, quick: choice.wsOpened });
           return;
         }
         if (event.code === 1006 && Date.now() - openedAt < SHORT_LIVED_MS) {
@@ -124,8 +139,13 @@ export function fallbackSocketClass({ token, onTransport = () => {}, retryInterv
       });
     }
 
-    _openHttp() {
+    _openHttp({ before = null, quick = false } = {}) {
+      this._quick = quick;
+      this._probes = 0;
       this._http = new HttpSession(httpBase, token, {
+        unreachable: () => {
+          if (before) Object.assign(choice, before);
+        },
         opened: (kind) => this._opened(kind),
         kind: (kind) => this._setTransport(kind),
         message: (frame) => this._emit("message", { data: frame.buffer }),
@@ -136,9 +156,13 @@ export function fallbackSocketClass({ token, onTransport = () => {}, retryInterv
       this._scheduleProbe();
     }
 
-    /** Every retryInterval on HTTP: can a WebSocket open now? Then reconnect over one. */
+    /** Every retryInterval on HTTP (after a blip: from 1 s, doubling up to it): can a
+     * WebSocket open now? Then reconnect over one. */
     _scheduleProbe() {
+      const wait = this._quick ? Math.min(QUICK_PROBE_MS * 2 ** this._probes, retryAfter()) : retryAfter();
+      this._probes += 1;
       this._probe = setTimeout(() => {
+        if (this.readyState >= CLOSING) return;
         const probe = new WebSocket(this.url);
         probe.addEventListener("open", () => {
           probe.close();
@@ -146,9 +170,9 @@ export function fallbackSocketClass({ token, onTransport = () => {}, retryInterv
           if (this.readyState === OPEN) this.close(1000, "moving back to WebSocket");
         });
         probe.addEventListener("close", () => {
-          if (choice.brokenAt) this._scheduleProbe();
+          if (choice.brokenAt && this.readyState < CLOSING) this._scheduleProbe();
         });
-      }, retryAfter());
+      }, wait);
     }
   }
 
@@ -191,6 +215,7 @@ class HttpSession {
       }
       this.session = (await reply.json()).session;
     } catch (err) {
+      if (this.events.unreachable) this.events.unreachable();
       this.end(1006, "cannot reach the server");
       return;
     }
