@@ -9,6 +9,8 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
+from tether.protocol.ai import MAX_TOKENS_LIMIT
+
 from ..errors import ProviderTimeout
 from ..metrics import AiMetrics
 from ..model.providers.base import Cancellation, GenerationRequest, Provider
@@ -117,6 +119,17 @@ def rescreen(settings: AiSettings, prompt: BuiltPrompt, text: str) -> tuple[str,
         shown = screen_.feed(text)
         return shown + screen_.close(), screen_.kind
     return screen_whole(text, prompt.before, settings.stop_rule)
+
+
+def length_of(settings: AiSettings, prompt: BuiltPrompt, asked: int | None) -> int:
+    """The most tokens a generation of ``prompt`` may write: what the request asked, else the
+    settings' default; a rewrite that asked for nothing gets room for its whole passage (twice
+    its prompt's tokens: a rewrite cut at a completion's 24 tokens drops the passage's end)."""
+    if asked is not None:
+        return asked
+    if prompt.kind == "rewrite":
+        return min(MAX_TOKENS_LIMIT, max(settings.default_max_tokens, 2 * prompt.context_tokens))
+    return settings.default_max_tokens
 
 
 def shaping(settings: AiSettings, kind: str) -> dict[str, Any]:

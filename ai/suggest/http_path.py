@@ -27,7 +27,7 @@ from ..model.providers.base import Cancellation, GenerationRequest
 from ..text.positions import utf16_to_index
 from ..text.regions import RegionIndex
 from .flights import dropped_by
-from .generation import run_generation, screening, shaping
+from .generation import length_of, run_generation, screening, shaping
 from .scheduler import INTERACTIVE
 
 
@@ -55,7 +55,7 @@ async def stream_http_suggestion(
     generation = GenerationRequest(
         prompt=prompt.text,
         session=session,
-        max_tokens=request.max_tokens or engine.settings.default_max_tokens,
+        max_tokens=length_of(engine.settings, prompt, request.max_tokens),
         stop=prompt.stop,
         cold=cold,
         must_start=engine.settings.must_start and prompt.kind == "complete",

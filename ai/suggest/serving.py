@@ -27,7 +27,7 @@ from ..text.relative import Place, locate
 from ..text.rich_view import Slot
 from .document_text import Reading
 from .flights import end_of, session_of
-from .generation import rescreen
+from .generation import length_of, rescreen
 from .records import MODEL, TEXT_NAME, Flight, RoomState, Suggestion
 from .scheduler import INTERACTIVE
 
@@ -71,7 +71,7 @@ class RequestServer:
         if not reading.rich:
             state.seen_text = text  # prefetch's next diff starts from what this request saw
         anchor = state.document.spot(reading, anchor)
-        max_tokens = request.max_tokens or flights.settings.default_max_tokens
+        max_tokens = length_of(flights.settings, prompt, request.max_tokens)
         if request.kind == "complete":
             state.lengths[peer.peer_id] = max_tokens
             state.cursors[peer.peer_id] = (anchor, asyncio.get_running_loop().time())

@@ -34,7 +34,19 @@ GOOD_REWRITE = ["We", " will", " ship", " the", " rw-good", " build", " on", " F
 SLOW_PASSAGE = "We ship the rw-slow build on 3 March and tell Alice."
 # Long enough (60 pieces at DELAY) that an accept after the first text arrives mid-stream.
 SLOW_REWRITE = ["We", " ship", " the", " rw-slow", " build", " later", *[" and", " later"] * 27]
-REPLIES = {"rw-date": DATE_REWRITE, "rw-good": GOOD_REWRITE, "rw-slow": SLOW_REWRITE}
+LONG_PASSAGE = "The rw-long plan: " + ", ".join(f"step {n}" for n in range(1, 13)) + "."
+# 37 pieces: more than the server's default length for completions (24).
+LONG_REWRITE = (
+    ["The", " rw-long", " plan", ":"]
+    + [piece for n in range(1, 12) for piece in (f" step {n}", ",")]
+    + [" step 12", "."]
+)
+REPLIES = {
+    "rw-date": DATE_REWRITE,
+    "rw-good": GOOD_REWRITE,
+    "rw-slow": SLOW_REWRITE,
+    "rw-long": LONG_REWRITE,
+}
 DELAY = 0.05
 
 
@@ -114,6 +126,15 @@ async def test_a_faithful_rewrite_has_no_dropped_and_accepts_as_before(server) -
         assert (await reply_to(doc, "g1"))["type"] == "suggestion.accepted"
         await doc.wait_text("".join(GOOD_REWRITE))
     assert await rest_text(server, name) == "".join(GOOD_REWRITE)
+
+
+async def test_a_rewrite_that_asks_for_no_length_gets_room_for_its_whole_passage(server) -> None:
+    assert len(LONG_REWRITE) > 24
+    async with writer(server, LONG_PASSAGE) as (_name, doc):
+        answer = await rewrite_all(doc, "l1")
+    assert answer.text == "".join(LONG_REWRITE) == LONG_PASSAGE  # not cut at 24 tokens
+    assert answer.end["tokens"] == len(LONG_REWRITE)
+    assert "dropped" not in answer.end
 
 
 async def test_a_cached_rewrite_is_flagged_the_same(server) -> None:
