@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.httpproxy import ThreadedProxy
 from tests.serverproc import ServerProcess
 from tests.web.test_browser import (  # noqa: F401  (fixtures)
     CSP_VIOLATIONS,
@@ -51,6 +52,10 @@ def open_editor(
     context = browser.new_context(viewport={"width": 1100, "height": 560})
     page = context.new_page()
     page.on("dialog", lambda dialog: dialog.accept())  # the unsaved-edits warning, if asked
+    page.on(
+        "console",
+        lambda m: CSP_VIOLATIONS.append(m.text) if "Content Security Policy" in m.text else None,
+    )
     page.goto(f"{server.http_url}/d/{document}?token={token}&editor=plain{query}")
     expect(page.locator("body")).to_have_attribute("data-synced", "true", timeout=15000)
     expect(page.locator("body")).to_have_attribute("data-editor", "plain", timeout=15000)
@@ -174,6 +179,30 @@ def test_after_the_network_or_the_server_is_away_the_status_returns_to_a_websock
         expect(status).to_have_text("connected · WebSocket", timeout=10000)
         expect(body).to_have_attribute("data-transport", "ws")
         assert server_text(server, "blip-status") == "typed without a network"
+        page.context.close()
+
+
+def test_a_page_put_on_the_http_stream_by_a_blip_moves_back_to_a_websocket_in_seconds(
+    browser: Browser,  # noqa: F811
+    offline_server: ServerProcess,
+) -> None:
+    """WebSockets refused for a moment (the page falls back to HTTP, which works): once they
+    pass again the page is back on one within seconds (tries from 1 s, doubling), not after
+    the minute kept for proxies that always refuse them."""
+    with ThreadedProxy(offline_server.port, refuse_upgrades=False) as proxy:
+        page = browser.new_context().new_page()
+        token = offline_server.token(["probe-*"])
+        page.goto(f"{proxy.http_url}/d/probe-doc?token={token}&editor=plain")
+        body = page.locator("body")
+        expect(body).to_have_attribute("data-transport", "ws", timeout=15000)
+        proxy.refuse_upgrades = True
+        page.evaluate("() => window.tether.websocketProvider.webSocket.close()")
+        expect(body).to_have_attribute("data-transport", "http-stream", timeout=15000)
+        expect(page.locator("#tether-status")).to_have_text("connected · HTTP stream")
+        proxy.refuse_upgrades = False
+        expect(page.locator("#tether-status")).to_have_text("connected · WebSocket", timeout=15000)
+        type_at_end(page, "over a WebSocket again")
+        wait_all_saved(page)
         page.context.close()
 
 
