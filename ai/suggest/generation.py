@@ -14,6 +14,7 @@ from tether.protocol.ai import MAX_TOKENS_LIMIT
 from ..errors import ProviderTimeout
 from ..metrics import AiMetrics
 from ..model.providers.base import Cancellation, GenerationRequest, Provider
+from ..text.context import most_tokens
 from ..text.junk import JunkScreen, RewriteScreen, screened
 from ..text.junk import screen as screen_whole
 from ..text.stopping import DEFAULT_SURE, TOKENS, heal_prompt, shape
@@ -123,12 +124,15 @@ def rescreen(settings: AiSettings, prompt: BuiltPrompt, text: str) -> tuple[str,
 
 def length_of(settings: AiSettings, prompt: BuiltPrompt, asked: int | None) -> int:
     """The most tokens a generation of ``prompt`` may write: what the request asked, else the
-    settings' default; a rewrite that asked for nothing gets room for its whole passage (twice
-    its prompt's tokens: a rewrite cut at a completion's 24 tokens drops the passage's end)."""
+    settings' default. A rewrite that asked for nothing gets room for its whole passage, twice
+    its estimated tokens and 8 more (``prompt.window`` is the passage): cut at a completion's
+    24 tokens, a long sentence's rewrite drops its end; much more lets a model that loops go
+    on for a page."""
     if asked is not None:
         return asked
     if prompt.kind == "rewrite":
-        return min(MAX_TOKENS_LIMIT, max(settings.default_max_tokens, 2 * prompt.context_tokens))
+        room = 2 * most_tokens(prompt.window) + 8
+        return min(MAX_TOKENS_LIMIT, max(settings.default_max_tokens, room))
     return settings.default_max_tokens
 
 
