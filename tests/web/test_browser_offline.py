@@ -289,6 +289,21 @@ def test_a_deleted_document_takes_its_local_copy_with_it(
     page.context.close()
 
 
+def test_a_token_that_expires_keeps_the_local_copy_and_its_unsaved_edits(
+    browser: Browser,  # noqa: F811
+    offline_server: ServerProcess,
+) -> None:
+    """An expired token says nothing about access: signing in again fixes it, so the copy,
+    and what was typed in it, stays (only a deletion, or a refusal of access with nothing
+    unsaved, clears it)."""
+    page = open_editor(browser, offline_server, "exp-doc", offline_server.token(["exp-*"], ttl=4))
+    type_at_end(page, "kept through expiry")
+    wait_all_saved(page)
+    expect(page.locator("#tether-refusal")).to_contain_text("token expired", timeout=15000)
+    assert len(page.evaluate(LOCAL_DATABASES)) == 1
+    page.context.close()
+
+
 def test_the_token_leaves_the_address_bar_and_the_typed_name_and_its_colour_stay(
     browser: Browser,  # noqa: F811
     offline_server: ServerProcess,

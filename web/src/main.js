@@ -45,6 +45,9 @@ const DELETED_REASON = "document deleted"; // the server's PermissionDenied for 
 const SYNC_STATUS = 8; // the frame type of the server's per-update answer (1 applied, 0 refused)
 // A refusal of the document that says nothing about access to it: the local copy stays.
 const KEEPS_LOCAL_COPY = ["document quarantined", "too many documents", "update too large", "invalid document name"];
+// Refusals of the token itself, not of access: "token expired", "missing, invalid or expired
+// token" (a new token fixes them).
+const TOKEN_TROUBLE = ["expired", "invalid", "missing"];
 
 // ---------------------------------------------------------------- what to open, as whom
 
@@ -373,14 +376,22 @@ function onAuthenticated({ scope }) {
 
 function onAuthenticationFailed({ reason }) {
   const why = String(reason || "permission denied");
-  // Deleted, or no longer allowed (a token for other documents, expired, revoked): this browser
-  // keeps no copy of it. A limit of the connection says nothing about access: the copy stays.
-  if (!KEEPS_LOCAL_COPY.some((prefix) => why.startsWith(prefix))) local.clear();
   if (why === DELETED_REASON) {
+    local.clear();
     refuse(`“${documentName}” was deleted; this browser no longer keeps a copy of it.`, false);
-  } else {
-    refuse(`Access to “${documentName}” was refused: ${why}.`, cfg.auth === "jwt");
+    return;
   }
+  // No longer allowed (a token for other documents, revoked): this browser keeps no copy of
+  // it, unless it holds edits typed here that never reached the server: those are the
+  // writer's own words, kept until a token with access saves them. A token that expired or
+  // is invalid says nothing about access (signing in again fixes it), nor does a limit of the
+  // connection: the copy stays.
+  const tokenTrouble = TOKEN_TROUBLE.some((part) => why.includes(part));
+  const keeps = tokenTrouble || KEEPS_LOCAL_COPY.some((prefix) => why.startsWith(prefix));
+  const unsaved = unsavedEdits();
+  if (!keeps && !unsaved) local.clear();
+  const kept = !keeps && unsaved ? " The edits typed here that were not saved are kept in this browser until a token with access saves them." : "";
+  refuse(`Access to “${documentName}” was refused: ${why}.${kept}`, cfg.auth === "jwt");
 }
 
 /** Edits this page holds that the server has not acknowledged (or refused). */
