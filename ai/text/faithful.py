@@ -14,6 +14,7 @@ losses of at most ``MOST_CHARS`` characters each. Knows nothing of models, docum
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -70,16 +71,19 @@ class Loss(NamedTuple):
 
 
 def dropped(passage: str, rewrite: str) -> list[Loss]:
-    """What ``rewrite`` lost of ``passage``, in the passage's order (empty: nothing)."""
+    """What ``rewrite`` lost of ``passage``, in the passage's order (empty: nothing). The
+    rewrite is read up to 4 times the passage's length (and 256 characters more): a rewrite
+    longer than that is a model running on, and reading all of it would cost the event loop
+    more than the passage is worth."""
     had = _read(passage[:READ_CHARS], clauses=True)
-    kept = _read(rewrite[:READ_CHARS], clauses=False)
-    found: list[tuple[int, int, Loss]] = []
+    kept = _read(rewrite[: min(READ_CHARS, 4 * len(passage) + 256)], clauses=False)
+    found: list[tuple[int, int, str, str]] = []
 
     def lose(start: int, kind: str, text: str) -> None:
-        found.append((start, KINDS.index(kind), Loss(kind, _clip(text))))
+        found.append((start, KINDS.index(kind), kind, text[: 4 * MOST_CHARS]))
 
-    for start, text, value in had.numbers:
-        if ("n", value) not in kept.atoms:
+    for start, text, values in had.numbers:
+        if any(("n", value) not in kept.atoms for value in values):
             lose(start, NUMBER, text)
     for start, text, needs in had.dates:
         if any(need.isdisjoint(kept.atoms) for need in needs):
@@ -96,13 +100,12 @@ def dropped(passage: str, rewrite: str) -> list[Loss]:
         if stems.isdisjoint(kept.stems):
             lose(start, CLAUSE, text)
     found.sort(key=lambda item: (item[0], item[1]))
-    losses: list[Loss] = []
-    for _start, _kind, loss in found:
-        if loss not in losses:
-            losses.append(loss)
-            if len(losses) == MOST_LOSSES:
-                break
-    return losses
+    losses: dict[Loss, None] = {}  # in order, each once
+    for _start, _rank, kind, text in found:
+        losses.setdefault(Loss(kind, _clip(text)))
+        if len(losses) == MOST_LOSSES:
+            break
+    return list(losses)
 
 
 def summary(losses: Sequence[Loss], most: int = 5) -> str:
@@ -146,6 +149,17 @@ _TOKEN = re.compile(
 
 
 def _stem(word: str) -> str:
+    # Words repeat within a text and across rewrites: short ones are remembered (at most
+    # 4096 of at most 24 characters), long ones worked out each time.
+    return _short_stem(word) if len(word) <= 24 else _stem_of(word)
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_stem(word: str) -> str:
+    return _stem_of(word)
+
+
+def _stem_of(word: str) -> str:
     """A crude stem of a casefolded word, the same for its inflections ("decide", "decided",
     "deciding" → "decid"; "ship", "shipped" → "ship"; "went" → "go"): what "the same word"
     means when a clause is looked for in the rewrite."""
@@ -154,8 +168,9 @@ def _stem(word: str) -> str:
         if word.endswith(suffix) and len(word) - len(suffix) >= 3:
             word = word[: -len(suffix)]
             break
-    while len(word) > 3 and word.endswith("e"):
-        word = word[:-1]
+    if len(word) > 3 and word.endswith("e"):  # every trailing "e", keeping 3 characters
+        stripped = word.rstrip("e")
+        word = stripped if len(stripped) >= 3 else word[:3]
     if len(word) > 3 and word[-1] == word[-2] and word[-1] not in "aeiouy":
         word = word[:-1]
     return word
@@ -210,7 +225,7 @@ class _Item:
 class _Reading:
     """What one text holds: the facts to look for (passage) and what is there (rewrite)."""
 
-    numbers: list[tuple[int, str, str]] = field(default_factory=list)  # start, text, value
+    numbers: list[tuple[int, str, tuple[str, ...]]] = field(default_factory=list)  # values
     # start, text, what the rewrite must have: one of each set
     dates: list[tuple[int, str, tuple[frozenset[tuple[str, object]], ...]]] = field(
         default_factory=list
@@ -526,9 +541,8 @@ class _Scan:
         return at_start and line_start and mark in LINE_MARKERS
 
     def _number(self, index: int, item: _Item) -> None:
-        if index not in self.taken and not item.quiet:
-            for value in item.values:
-                self.reading.numbers.append((item.start, self._text(item), value))
+        if index not in self.taken and not item.quiet and item.values:
+            self.reading.numbers.append((item.start, self._text(item), item.values))
         self.content.update(item.values)
         self._extend(item)
 

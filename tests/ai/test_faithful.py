@@ -169,8 +169,20 @@ def test_the_losses_are_bounded_in_count_and_length() -> None:
 def test_only_the_first_read_chars_of_each_text_are_read() -> None:
     filler = "word " * (READ_CHARS // 5)
     assert lost(filler + "and Zelda.", filler) == []  # past the bound: not read
-    # A rewrite's word past the bound is not seen either (the server's are far shorter).
-    assert lost("We saw Zelda.", filler + "Zelda") == [("name", "Zelda")]
+    # A rewrite is read up to 4 times its passage's length and 256 characters more.
+    assert lost("We saw Zelda.", "x " * 160 + "Zelda") == [("name", "Zelda")]
+    assert lost("We saw Zelda.", "x " * 100 + "Zelda") == []
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["e" * READ_CHARS, "7" * READ_CHARS, "1-" * (READ_CHARS // 2), "A " * (READ_CHARS // 2),
+     "and " * (READ_CHARS // 4), "'" * READ_CHARS, ". " * (READ_CHARS // 2)],
+)  # fmt: skip
+def test_shapes_made_to_be_costly_are_read_in_one_pass(shape: str) -> None:
+    # Each is read once, word by word (a quadratic step here would take minutes, not ms).
+    assert len(dropped(shape, shape[::-1])) <= MOST_LOSSES
+    assert dropped(shape, shape) == []
 
 
 def test_a_run_of_number_words_cannot_grow_without_end() -> None:
