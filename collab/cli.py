@@ -42,6 +42,7 @@ _ATTACKS_HELP = (
     " model-server ones"
 )
 _RICH_AI_HELP = "time to first token on a rich (Tiptap) document vs the same text as plain"
+_REWRITES_HELP = "how many rewrites drop numbers, dates, names... and how many are flagged"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -124,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.rich_ai import add_rich_ai_arguments
 
         add_rich_ai_arguments(bench_kinds.add_parser("rich-ai", help=_RICH_AI_HELP))
+        from .bench.rewrites import add_rewrites_arguments
+
+        add_rewrites_arguments(bench_kinds.add_parser("rewrites", help=_REWRITES_HELP))
     else:
         bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
         bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
@@ -139,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_kinds.add_parser("shapes", help=_SHAPES_HELP)
         bench_kinds.add_parser("attacks", help=_ATTACKS_HELP)
         bench_kinds.add_parser("rich-ai", help=_RICH_AI_HELP)
+        bench_kinds.add_parser("rewrites", help=_REWRITES_HELP)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -185,6 +190,10 @@ def main(argv: list[str] | None = None) -> int:
         from .bench.rich_ai import run_rich_ai_bench
 
         return run_rich_ai_bench(args)
+    if args.bench == "rewrites":
+        from .bench.rewrites import run_rewrites_bench
+
+        return run_rewrites_bench(args)
     if args.bench == "bigdoc":
         from .bench.bigdoc import run_bigdoc_bench
 

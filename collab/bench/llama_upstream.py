@@ -29,6 +29,7 @@ class LlamaServer:
         *,
         alias: str = "local-gguf",
         prompt_cache_bytes: int = 0,
+        chat_format: str | None = None,
     ) -> None:
         self.model = model
         self.alias = alias
@@ -36,6 +37,9 @@ class LlamaServer:
         # once, as llama.cpp's own server (cache_prompt, slots) and vLLM (prefix caching) do;
         # 0: only the last prompt's state, which the next request reuses up to where it differs.
         self.prompt_cache_bytes = prompt_cache_bytes
+        # The chat API's template when the GGUF file carries none (llama-cpp-python then falls
+        # back to llama-2's): "gemma", "chatml"...
+        self.chat_format = chat_format
         self.port = free_port()
         self.log_path = Path(log_dir) / f"llama-server-{self.port}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -64,6 +68,8 @@ class LlamaServer:
             "--n_ctx",
             "2048",
         ]
+        if self.chat_format:
+            command += ["--chat_format", self.chat_format]
         if self.prompt_cache_bytes:
             command += ["--cache", "true", "--cache_size", str(self.prompt_cache_bytes)]
         with self.log_path.open("wb") as log:
