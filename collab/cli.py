@@ -1,5 +1,5 @@
-"""The ``tether`` command: ``serve``, ``token`` and ``bench``. Flags override ``TETHER_*``
-variables, which override the defaults in ``collab.config``.
+"""The ``tether`` command: ``serve``, ``token``, ``cluster`` and ``bench``. Flags override
+``TETHER_*`` variables, which override the defaults in ``collab.config``.
 """
 
 from __future__ import annotations
@@ -11,7 +11,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .config import SettingsError, read_env_file, settings_from_env
+from .config import (
+    ENV_PREFIX,
+    InvalidSetting,
+    SettingsError,
+    read_env_file,
+    settings_from_env,
+    shown_value,
+)
 from .runtime.log_redaction import has_password
 from .serve_flags import (
     SECRET_SETTINGS,
@@ -25,6 +32,11 @@ from .version import VERSION
 # URLs that may carry a password (user:password@): warned about only when they do.
 _URL_SETTINGS = ("store", "bus")
 
+_DESCRIPTION = (
+    "tether, a collaborative-editing sync server (Yjs, Hocuspocus v4) with AI suggestions."
+    " 'tether COMMAND --help' shows a command's options; every 'serve' flag is also a"
+    " TETHER_* environment variable."
+)
 _MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
 _IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
 _QUALITY_HELP = "suggestion quality per prompt, stopping rule and model, against TTFT"
@@ -46,9 +58,11 @@ _REWRITES_HELP = "how many rewrites drop numbers, dates, names... and how many a
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tether", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tether", description=_DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"tether {VERSION}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(
+        dest="command", required=True, title="commands", metavar="COMMAND"
+    )
 
     serve = commands.add_parser(
         "serve",
@@ -216,13 +230,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    file_values: dict[str, str] = {}
     try:
-        environ = dict(os.environ)
         if args.env_file is not None:
-            environ = {**read_env_file(args.env_file), **environ}
-        settings = settings_from_env(environ).with_overrides(**vars(args))
+            file_values = read_env_file(args.env_file)
+        settings = settings_from_env({**file_values, **os.environ}).with_overrides(**vars(args))
         settings.validate()
         _check_data_dir(Path(settings.data_dir))
+    except InvalidSetting as exc:
+        print(f"tether: {_where(exc, args, file_values)}", file=sys.stderr)
+        return 2
     except (SettingsError, ValueError, TypeError) as exc:
         print(f"tether: {exc}", file=sys.stderr)
         return 2
@@ -304,6 +321,22 @@ def _serve(args: argparse.Namespace) -> int:
     return 0 if server.started else 1
 
 
+def _where(exc: InvalidSetting, args: argparse.Namespace, file_values: dict[str, str]) -> str:
+    """The refused setting as the operator gave it: ``--idle-timeout -5: must be > 0``, or
+    ``TETHER_IDLE_TIMEOUT=-5`` from the environment (or the --env-file), others as flags."""
+    flag = "--" + exc.name.replace("_", "-")
+    variable = ENV_PREFIX + exc.name.upper()
+    hidden = exc.value is None or exc.name in SECRET_SETTINGS
+    if getattr(args, exc.name, None) is not None or variable not in {**file_values, **os.environ}:
+        subject = flag if hidden else f"{flag} {shown_value(exc.value)}"
+    else:
+        raw = os.environ.get(variable, file_values.get(variable, ""))
+        subject = variable if hidden else f"{variable}={raw}"
+        if variable not in os.environ:
+            subject += f" (in {args.env_file})"
+    return exc.describe(subject, lambda name: "--" + name.replace("_", "-"))
+
+
 def _raise_file_limit() -> None:
     """Every socket is a file descriptor, and a soft limit of 1024 (many systems' default)
     caps the editors one server can hold far below what it serves: raise it to the hard one."""
@@ -330,8 +363,8 @@ def _check_data_dir(data_dir: Path) -> None:
             pass
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise ValueError(
-            f"data_dir {str(data_dir)!r} is not a writable directory: {reason}"
+        raise InvalidSetting(
+            "data_dir", data_dir, f"is not a writable directory: {reason}"
         ) from exc
 
 

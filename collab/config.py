@@ -6,7 +6,9 @@ reads it.
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -21,9 +23,25 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8765
     data_dir: Path = field(default_factory=lambda: Path("./data"))
-    # "jwt" verifies HS256 tokens with jwt_secret; "none" lets anyone edit anything (local use).
+    # "jwt" verifies HS256 tokens with jwt_secret and RS256/ES256/EdDSA ones against the
+    # identity provider's keys at jwt_jwks_url (either or both); "none" lets anyone edit
+    # anything (local use). See collab.auth.tokens.
     auth: str = "jwt"
     jwt_secret: str = ""
+    jwt_jwks_url: str = ""
+    # Accepted audiences and issuers, comma-separated ("": not checked, and a token that names
+    # an audience is refused); seconds of clock skew allowed on exp, nbf and iat.
+    jwt_audience: str = ""
+    jwt_issuer: str = ""
+    jwt_leeway: float = 0.0
+    # The claims holding the document patterns and the scope (a dotted name reaches into an
+    # object: app_metadata.docs).
+    jwt_docs_claim: str = "docs"
+    jwt_scope_claim: str = "scope"
+    # A JWKS fetch (which a token check waits for, at most) gives up after this; a token with
+    # an unknown key id fetches the set again at most once per jwt_jwks_min_refresh.
+    jwt_jwks_timeout: float = 5.0
+    jwt_jwks_min_refresh: float = 30.0
     # Web origins besides this server's own and loopback that may open sockets and call the
     # API from a browser, comma-separated ("https://docs.example.com"); see
     # collab.connection.origins.
@@ -299,105 +317,227 @@ class Settings:
         return [url.strip() for url in self.openai_base_url.split(",") if url.strip()]
 
     def validate(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be between 0 and 65535; not {self.port}")
-        if self.header_timeout <= 0 or self.max_pending_connections < 0:
-            raise ValueError("header_timeout must be > 0 and max_pending_connections >= 0")
+        """Raises InvalidSetting naming the first setting whose value is refused, and why."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise InvalidSetting(f.name, value, "must be a finite number")
+            if f.name in POSITIVE and value <= 0:
+                raise InvalidSetting(f.name, value, "must be > 0")
+            if value < 0:
+                raise InvalidSetting(f.name, value, "must be >= 0")
         for name, allowed in CHOICES.items():
             value = getattr(self, name)
             if value not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}; not {value!r}")
-        if self.auth == "jwt" and len(self.jwt_secret) < 32:
-            raise ValueError(
-                "auth 'jwt' needs --jwt-secret (or TETHER_JWT_SECRET) of at least 32 characters;"
-                " use --auth none for local use without tokens"
+                raise InvalidSetting(name, value, f"must be one of {', '.join(allowed)}")
+        self._validate_ranges()
+        self._validate_auth()
+        self._validate_ai()
+        self._validate_storage()
+        self._validate_transport()
+
+    def _validate_ranges(self) -> None:
+        ranges: tuple[tuple[str, float, float], ...] = (
+            ("port", 0, 65535),
+            ("ai_workers", 1, 64),
+            ("openai_concurrency", 1, 64),
+            ("ai_worker_nice", 0, 19),
+            ("ai_crash_limit", 1, math.inf),
+            ("compact_threshold", 1, math.inf),
+            ("max_nesting_depth", 1, 10_000),
+            ("imports_threads", 1, 64),
+            ("renders_threads", 1, 64),
+            ("loads_threads", 1, 64),
+            ("updates_threads", 1, 64),
+            ("commit_window_ms", 0, 100),
+            ("jwt_leeway", 0, 3600),
+            ("jwt_jwks_timeout", 0.001, 60),
+            ("ai_prefetch_budget", 0, 1),
+        )
+        for name, low, high in ranges:
+            value = getattr(self, name)
+            if not low <= value <= high:
+                upper = "" if math.isinf(high) else f" and {high:g}"
+                words = f"must be at least {low:g}" if not upper else f"must be between {low:g}"
+                raise InvalidSetting(name, value, words + upper)
+        for name in ("ai_semantic_threshold", "ai_sure"):
+            if not 0.0 < getattr(self, name) <= 1.0:
+                raise InvalidSetting(name, getattr(self, name), "must be above 0 and at most 1")
+        if not 4096 <= self.initial_sync_piece_bytes <= self.max_outgoing_message_bytes:
+            raise InvalidSetting(
+                "initial_sync_piece_bytes",
+                self.initial_sync_piece_bytes,
+                "must be at least 4096 and at most {max_outgoing_message_bytes}",
+                self,
             )
+        if self.send_bytes_total < self.send_queue_bytes:
+            raise InvalidSetting(
+                "send_bytes_total", self.send_bytes_total, "must be >= {send_queue_bytes}", self
+            )
+        if self.idle_timeout <= self.ping_interval:
+            raise InvalidSetting(
+                "idle_timeout", self.idle_timeout, "must exceed {ping_interval}", self
+            )
+
+    def _validate_auth(self) -> None:
+        if self.auth == "jwt" and not self.jwt_jwks_url and not self.jwt_secret:
+            raise InvalidSetting(
+                "jwt_secret",
+                None,
+                "auth 'jwt' needs a secret of at least 32 characters (TETHER_JWT_SECRET) or"
+                " {jwt_jwks_url}; use --auth none for local use without tokens",
+                self,
+            )
+        if self.auth == "jwt" and self.jwt_secret and len(self.jwt_secret) < 32:
+            raise InvalidSetting("jwt_secret", None, "must be at least 32 characters", self)
+        if self.jwt_jwks_url and not self.jwt_jwks_url.startswith(("http://", "https://")):
+            raise InvalidSetting("jwt_jwks_url", self.jwt_jwks_url, "must be an http(s) URL")
+        for name in ("jwt_docs_claim", "jwt_scope_claim"):
+            if not getattr(self, name):
+                raise InvalidSetting(name, "", "must name a claim")
+
+    def _validate_ai(self) -> None:
         if self.ai_provider == "openai" and not (self.openai_base_url and self.openai_model):
-            raise ValueError("ai_provider 'openai' needs --openai-base-url and --openai-model")
-        if not 1 <= self.ai_workers <= 64:
-            raise ValueError("ai_workers must be 1 to 64")
-        if not 1 <= self.openai_concurrency <= 64:
-            raise ValueError("openai_concurrency must be 1 to 64")
-        upstream_times = (self.openai_first_token_timeout, self.openai_idle_timeout)
-        if min(*upstream_times, self.openai_health_seconds) <= 0:
-            raise ValueError(
-                "openai_first_token_timeout, openai_idle_timeout and openai_health_seconds"
-                " must be positive"
+            raise InvalidSetting(
+                "ai_provider", "openai", "needs {openai_base_url} and {openai_model}", self
             )
         for url in self.openai_urls:
             if not url.startswith(("http://", "https://")):
-                raise ValueError(f"each --openai-base-url must be an http(s) URL, not {url[:64]!r}")
-        if not 0.0 < self.ai_semantic_threshold <= 1.0:
-            raise ValueError("ai_semantic_threshold must be in (0, 1]")
-        if not 0.0 <= self.ai_prefetch_budget <= 1.0:
-            raise ValueError("ai_prefetch_budget must be between 0 and 1")
-        if not 0.0 < self.ai_sure <= 1.0:
-            raise ValueError("ai_sure must be above 0 and at most 1")
+                raise InvalidSetting("openai_base_url", url[:64], "each URL must be an http(s) URL")
         if self.ai_cpus not in ("", "auto", "shared"):
             from tether.ai.model.cpus import parse_cpu_list
 
-            parse_cpu_list(self.ai_cpus)  # raises ValueError, saying what is wrong
-        if not 0 <= self.ai_worker_nice <= 19:
-            raise ValueError("ai_worker_nice must be between 0 and 19")
-        if self.ai_stall_timeout <= 0 or self.ai_crash_limit < 1 or self.ai_crash_cooldown <= 0:
-            raise ValueError(
-                "ai_stall_timeout and ai_crash_cooldown must be positive, ai_crash_limit >= 1"
-            )
-        if self.compact_threshold < 1 or self.compact_log_ratio < 0:
-            raise ValueError("compact_threshold must be >= 1 and compact_log_ratio >= 0")
-        if not 1 <= self.max_nesting_depth <= 10_000:
-            raise ValueError("max_nesting_depth must be between 1 and 10000")
-        if self.max_markdown_bytes < 1:
-            raise ValueError("max_markdown_bytes must be >= 1")
-        if self.max_import_nodes < 1 or self.import_memory_budget < 1:
-            raise ValueError("max_import_nodes and import_memory_budget must be >= 1")
-        if self.import_budget_wait < 0:
-            raise ValueError("import_budget_wait must be >= 0")
-        threads = (self.imports_threads, self.renders_threads, self.loads_threads)
-        if not all(1 <= n <= 64 for n in (*threads, self.updates_threads)):
-            raise ValueError("imports, renders, loads and updates threads must be 1 to 64")
-        if min(self.imports_queue, self.renders_queue, self.loads_queue) < 0:
-            raise ValueError("imports_queue, renders_queue and loads_queue must be >= 0")
-        if self.render_cache_bytes < 0:
-            raise ValueError("render_cache_bytes must be >= 0 (0: nothing kept)")
-        if not self.rich_fragment or len(self.rich_fragment) > 256:
-            raise ValueError("rich_fragment must be a root type name of 1 to 256 characters")
-        if min(self.max_map_keys, self.max_root_types, self.max_clients_per_document) < 1:
-            raise ValueError(
-                "max_map_keys, max_root_types and max_clients_per_document must be >= 1"
-            )
-        if self.ai_queue_per_connection < 0 or self.ai_queue_per_subject < 0:
-            raise ValueError("ai_queue_per_connection and ai_queue_per_subject must be >= 0")
+            try:
+                parse_cpu_list(self.ai_cpus)
+            except ValueError as exc:
+                raise InvalidSetting("ai_cpus", self.ai_cpus, str(exc)) from None
+
+    def _validate_storage(self) -> None:
         if self.store and not self.store.startswith(("postgresql://", "postgres://")):
-            raise ValueError("store must be empty (SQLite) or a postgresql:// DSN")
-        if self.bus and not (self.store and self.bus.startswith(("redis://", "rediss://"))):
-            raise ValueError("bus must be a redis:// URL, and needs a postgresql:// store")
-        if self.store_statement_cache_size < 0:
-            raise ValueError("store_statement_cache_size must be >= 0 (0: off, for PgBouncer)")
-        if not 0 <= self.commit_window_ms <= 100:
-            raise ValueError("commit_window_ms must be between 0 and 100")
-        if self.store_outage_timeout < 0 or self.bus_reconcile_interval <= 0:
-            raise ValueError("store_outage_timeout must be >= 0, bus_reconcile_interval > 0")
-        if not 4096 <= self.initial_sync_piece_bytes <= self.max_outgoing_message_bytes:
-            raise ValueError(
-                "initial_sync_piece_bytes must be at least 4096 and at most"
-                " max_outgoing_message_bytes"
+            raise InvalidSetting(
+                "store", _url_shown(self.store), "must be empty (SQLite) or a postgresql:// DSN"
             )
-        if min(self.http_heartbeat, self.http_poll_timeout, self.http_session_timeout) <= 0:
-            raise ValueError("http_heartbeat, http_poll_timeout, http_session_timeout must be > 0")
+        if self.bus and not self.bus.startswith(("redis://", "rediss://")):
+            raise InvalidSetting("bus", _url_shown(self.bus), "must be a redis:// URL")
+        if self.bus and not self.store:
+            raise InvalidSetting("bus", _url_shown(self.bus), "needs a postgresql:// {store}", self)
+        if not self.rich_fragment or len(self.rich_fragment) > 256:
+            raise InvalidSetting(
+                "rich_fragment", self.rich_fragment, "must be a name of 1 to 256 characters"
+            )
+
+    def _validate_transport(self) -> None:
         if self.webhook_url and not self.webhook_url.startswith(("http://", "https://")):
-            raise ValueError("webhook_url must be an http:// or https:// URL")
+            raise InvalidSetting("webhook_url", self.webhook_url, "must be an http(s) URL")
         unknown = set(self.webhook_events.split(",")) - {"change", "store", "delete"}
         if self.webhook_url and unknown:
-            raise ValueError(
-                f"webhook_events takes change, store and delete; not {sorted(unknown)}"
+            raise InvalidSetting(
+                "webhook_events", self.webhook_events, "takes change, store and delete"
             )
-        if self.webhook_debounce < 0:
-            raise ValueError("webhook_debounce must be >= 0")
-        if self.send_bytes_total < self.send_queue_bytes or self.send_timeout <= 0:
-            raise ValueError("send_bytes_total must be >= send_queue_bytes, send_timeout > 0")
-        if self.idle_timeout <= self.ping_interval:
-            raise ValueError("idle_timeout must exceed ping_interval")
+
+
+# Numbers that must be above 0 (every other number must be at least 0): times a peer or a
+# part is given, and bounds where 0 would refuse everything.
+POSITIVE = frozenset(
+    {
+        "header_timeout",
+        "auth_timeout",
+        "idle_timeout",
+        "ping_interval",
+        "send_timeout",
+        "http_session_timeout",
+        "http_heartbeat",
+        "http_poll_timeout",
+        "presence_claim_ttl",
+        "ai_timeout",
+        "ai_stall_timeout",
+        "ai_crash_cooldown",
+        "ai_cache_ttl",
+        "openai_first_token_timeout",
+        "openai_idle_timeout",
+        "openai_health_seconds",
+        "bus_reconcile_interval",
+        "bus_presence_ttl",
+        "jwt_jwks_timeout",
+        "max_frame_bytes",
+        "max_outgoing_message_bytes",
+        "max_documents_per_connection",
+        "max_queued_before_auth",
+        "max_queued_bytes_before_auth",
+        "max_queued_bytes_before_auth_total",
+        "send_queue_frames",
+        "send_queue_bytes",
+        "send_bytes_total",
+        "awareness_ids_per_peer",
+        "awareness_entry_bytes",
+        "awareness_peer_bytes",
+        "awareness_document_bytes",
+        "presence_claims",
+        "presence_claims_per_subject",
+        "max_markdown_bytes",
+        "max_import_nodes",
+        "import_memory_budget",
+        "max_map_keys",
+        "max_root_types",
+        "max_clients_per_document",
+        "ai_max_tokens",
+        "ai_threads",
+        "store_queue_bytes",
+        "bus_queue_bytes",
+        "bus_stream_length",
+    }
+)
+
+
+class InvalidSetting(ValueError):
+    """A setting's value is refused: ``name`` (a ``Settings`` field), ``value`` (None: not to
+    be shown, a secret) and ``reason``, which may name other settings as ``{field}``.
+    ``str()`` names settings as fields (``idle_timeout=-5: must be > 0``); ``describe`` lets
+    the CLI name them as flags."""
+
+    def __init__(
+        self, name: str, value: object, reason: str, settings: Settings | None = None
+    ) -> None:
+        self.name, self.value, self.reason = name, value, reason
+        self.settings = settings
+        subject = name if value is None else f"{name}={shown_value(value)}"
+        super().__init__(self.describe(subject, lambda other: other))
+
+    def describe(self, subject: str, label: Callable[[str], str]) -> str:
+        """``subject: reason``, each other setting the reason names as ``label(name) (value)``."""
+        others = _Named(label, self.settings)
+        return f"{subject}: {self.reason.format_map(others)}"
+
+
+class _Named(dict[str, str]):
+    def __init__(self, label: Callable[[str], str], settings: Settings | None) -> None:
+        super().__init__()
+        self._label, self._settings = label, settings
+
+    def __missing__(self, name: str) -> str:
+        value = getattr(self._settings, name, None)
+        shown = "" if value is None or value == "" else f" ({shown_value(value)})"
+        return self._label(name) + shown
+
+
+def shown_value(value: object) -> str:
+    """A value as a message shows it: numbers as typed (-5, not -5.0), text quoted."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str | Path):
+        return repr(str(value))
+    return str(value)
+
+
+def _url_shown(url: str) -> str:
+    """A URL without its password, for a message."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not at or ":" not in credentials:
+        return url[:200]
+    return f"{scheme}{sep}{credentials.split(':', 1)[0]}:***@{host}"[:200]
 
 
 # The settings that take one of a few words; --help lists them and validate() enforces them.

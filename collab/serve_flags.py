@@ -94,12 +94,50 @@ GROUPS: tuple[Group, ...] = (
         "auth & origins",
         "who may open which document: tokens, the wait for them, browser origins",
         (
-            ("auth", ONE_OF, "'jwt' verifies HS256 tokens; 'none' lets anyone edit (local use)"),
+            (
+                "auth",
+                ONE_OF,
+                "'jwt' verifies tokens (HS256 with --jwt-secret, RS256/ES256/EdDSA with"
+                " --jwt-jwks-url); 'none' lets anyone edit (local use)",
+            ),
             (
                 "jwt_secret",
                 "SECRET",
                 "HS256 secret for --auth jwt (at least 32 characters); prefer TETHER_JWT_SECRET:"
                 " a flag is visible to every user in ps",
+            ),
+            (
+                "jwt_jwks_url",
+                "URL",
+                "your identity provider's JWKS (e.g. https://TENANT/.well-known/jwks.json):"
+                " RS256, ES256 and EdDSA tokens are checked against its keys",
+            ),
+            (
+                "jwt_audience",
+                "AUD[,AUD...]",
+                "accepted 'aud' values (default: none, and a token naming one is refused)",
+            ),
+            ("jwt_issuer", "ISS[,ISS...]", "accepted 'iss' values (default: not checked)"),
+            ("jwt_leeway", "SECONDS", "clock skew allowed on a token's exp, nbf and iat"),
+            (
+                "jwt_docs_claim",
+                "CLAIM",
+                "the claim holding the document patterns (a dotted name reaches inside)",
+            ),
+            (
+                "jwt_scope_claim",
+                "CLAIM",
+                "the claim holding 'read-write' or 'readonly' (a string of scopes or a list)",
+            ),
+            (
+                "jwt_jwks_timeout",
+                "SECONDS",
+                "a JWKS fetch gives up after this (a token check waits at most this)",
+            ),
+            (
+                "jwt_jwks_min_refresh",
+                "SECONDS",
+                "a token with an unknown key id fetches the JWKS at most once per this",
             ),
             ("auth_timeout", "SECONDS", "wait for a document's token before the socket closes"),
             ("max_queued_before_auth", "N", "messages queued per document before its token"),

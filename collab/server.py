@@ -90,7 +90,7 @@ class TetherServer:
             self.hooks.extensions.insert(0, _AuthenticateHook(authenticate))
         self.metrics = Metrics()
         ProcessCollector(registry=self.metrics.registry)
-        self.authenticator = Authenticator(settings.auth, settings.jwt_secret)
+        self.authenticator = Authenticator.from_settings(settings)
         # Renders kept per document state, shared by REST, versions and webhooks.
         self.renders = Renders(settings.render_cache_bytes, self.metrics)
         self.store: Store | None = None
@@ -138,6 +138,10 @@ class TetherServer:
         try:
             watch = LoopWatch(self.metrics.loop_lag, until_serving=True)
             await stack.enter_async_context(watch)
+            # The identity provider's keys load behind start-up: a JWKS that is down costs
+            # the tokens that need it, not the server.
+            self.authenticator.start()
+            stack.push_async_callback(self.authenticator.aclose)
             # Threads per concern (imports, renders, loads, updates), not the default executor.
             pools = stack.enter_context(installed(Pools(PoolSizes.from_settings(settings))))
             self.metrics.watch_pools(pools)

@@ -46,7 +46,7 @@ def test_help_shows_defaults_and_choices() -> None:
 def test_a_bad_value_is_one_line_and_exit_2() -> None:
     for env, args, words in [
         ({"TETHER_PORT": "abc"}, (), "TETHER_PORT='abc' is not a valid int"),
-        ({}, ("--log-level", "loud", "--auth", "none"), "log_level must be one of"),
+        ({}, ("--log-level", "loud", "--auth", "none"), "--log-level 'loud': must be one of"),
         ({}, ("--env-file", "/nonexistent/tether.env"), "--env-file /nonexistent/tether.env"),
         (
             {"TETHER_MAX_FRAME_BYTES": "12XB"},
@@ -55,7 +55,7 @@ def test_a_bad_value_is_one_line_and_exit_2() -> None:
         ),
         # Issue 26: a port out of range started and logged another port than it bound; a data
         # dir that cannot hold files was a 25-line traceback.
-        ({}, ("--auth", "none", "--port", "99999"), "port must be between 0 and 65535"),
+        ({}, ("--auth", "none", "--port", "99999"), "--port 99999: must be between 0 and 65535"),
         ({}, ("--auth", "none", "--data-dir", __file__), "is not a writable directory"),
     ]:
         result = tether("serve", *args, env=env)

@@ -22,7 +22,7 @@ async def authenticate(
     if ctx.hooks.has("on_authenticate"):
         grant = await ctx.hooks.on_authenticate(AuthRequest(token, document, connection))
     if grant is None:
-        grant = ctx.authenticator.verify(token)
+        grant = await ctx.authenticator.grant(token)
     if document is not None and check:
         ctx.authenticator.check(grant, document)
     return grant

@@ -289,7 +289,7 @@ class MuxConnection:
             else:
                 grant = self._grants.get(event.token)
                 if grant is None:
-                    grant = auth.verify(event.token)
+                    grant = await auth.grant(event.token)
                     if len(self._grants) >= _GRANT_CACHE_SIZE:
                         self._grants.clear()
                     self._grants[event.token] = grant
