@@ -20,6 +20,18 @@ the Doc as this client had it, refused change included (yours, if you passed ``d
 longer synced, so read ``handle.doc``/``handle.text`` afresh after a refusal). Over either
 transport.
 
+Two more refusals end the same way, with the server's words as ``error.reason``. An update the
+server's guard refuses (too many cuts, a table-size limit, ...) closes the whole connection
+(1002, "invalid update: ..."): the client reconnects, and each document that had a write
+awaiting its acknowledgement then is rolled back unless the server turns out to hold all of it
+(then it resumes and nothing is raised); documents with nothing unacknowledged resume as ever.
+A change over the server's ``max_frame_bytes`` revokes its document ("update too large: ..."):
+the client asks for it again on the same connection, rolled back. Neither refused change is
+sent again. A document refused this way ``MAX_REFUSALS_IN_ROW`` (3) times with none of its
+writes applied in between is no longer synced (closed, as by ``close_document``): its waits
+raise that error from then on, and ``open`` it again to resume. ``WriteRefusedError`` is a
+``PermissionDeniedError``, as an oversized change's refusal was before.
+
     async with TetherClient("ws://127.0.0.1:8765/ws", token=token) as client:
         notes = await client.open("notes")
         notes.append("hello")
@@ -58,6 +70,7 @@ from .client_session import (
     ClientSession,
     StatelessReceived,
     WriteRefused,
+    is_refusal_close,
 )
 from .connect_errors import ConnectionFailedError, describe
 from .errors import ProtocolError
@@ -86,18 +99,23 @@ class ClientClosedError(Exception):
     """The client was closed while waiting."""
 
 
-class WriteRefusedError(Exception):
+class WriteRefusedError(PermissionDeniedError):
     """The server refused a write to ``document`` for good; ``reason`` says why (a readonly
-    grant). From an edit method: nothing was changed (``local_doc`` is None). From
-    ``wait_acked()``: the handle already holds the server's state again (a new ``doc``), and
-    ``local_doc`` is the Doc as this client had it, with every change refused since the last
-    report, so nothing typed is lost."""
+    grant, or the server's own words: "invalid update: ...", "update too large: ...").
+    From an edit method: nothing was changed (``local_doc`` is None). From ``wait_acked()``:
+    the handle already holds the server's state again (a new ``doc``), and ``local_doc`` is the
+    Doc as this client had it, with every change refused since the last report, so nothing
+    typed is lost. ``stopped``: refused too often in a row, the document is no longer synced
+    (``local_doc`` is its Doc as it was, unrolled) and every wait on the handle raises this."""
 
-    def __init__(self, document: str, reason: str, local_doc: Doc | None = None) -> None:
+    def __init__(
+        self, document: str, reason: str, local_doc: Doc | None = None, *, stopped: bool = False
+    ) -> None:
         super().__init__(f"write to {document!r} refused: {reason}")
         self.document = document
         self.reason = reason
         self.local_doc = local_doc
+        self.stopped = stopped
 
 
 class _Changes:
@@ -134,8 +152,8 @@ class DocumentHandle:
     """One open document: its pycrdt Doc, edit helpers, and waits on sync/ack/text.
 
     Under a read-only grant the edit helpers raise ``WriteRefusedError``; a change the server
-    refuses makes ``wait_acked()`` raise it, after ``doc`` was rolled back to the server's
-    state (a new Doc: see the module's docstring)."""
+    refuses (readonly, its update guard, its frame limit) makes ``wait_acked()`` raise it, after
+    ``doc`` was rolled back to the server's state (a new Doc: see the module's docstring)."""
 
     def __init__(self, client: TetherClient, state: ClientDocument) -> None:
         self._client = client
@@ -148,6 +166,7 @@ class DocumentHandle:
         self._refusals = 0
         self._reported = 0
         self._refusal: WriteRefusedError | None = None
+        self._stopped: WriteRefusedError | None = None  # refused too often: no longer synced
 
     @property
     def name(self) -> str:
@@ -306,7 +325,9 @@ class DocumentHandle:
         """Until every local edit so far is acknowledged (durably stored) by the server.
 
         Raises ``WriteRefusedError`` if the server refused a change of this handle that no
-        earlier ``wait_acked()`` reported; by then the handle holds the server's state again."""
+        earlier ``wait_acked()`` reported (a SyncStatus 0 under a readonly grant, a connection
+        closed for an invalid update this handle's write may have been, a change over the
+        frame limit); by then the handle holds the server's state again."""
         reported = self._reported
 
         def acked() -> bool:
@@ -324,6 +345,8 @@ class DocumentHandle:
 
     async def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         def guarded() -> bool:
+            if self._stopped is not None:
+                raise self._stopped
             if self._state.refused is not None:
                 raise PermissionDeniedError(self._state.refused)
             if self._client.closed:
@@ -337,6 +360,13 @@ class DocumentHandle:
 
     def _rolled_back(self, event: WriteRefused) -> None:
         """The session swapped in the server's state: follow the new Doc, keep the refusal."""
+        if event.stopped:
+            log.warning("document %r: no longer synced (%s)", self.name, event.reason)
+            self._detach()
+            self._stopped = WriteRefusedError(
+                self.name, event.reason, event.local_doc, stopped=True
+            )
+            return
         event.local_doc.unobserve(self._subscription)
         self._subscription = self._state.doc.observe(self._on_transaction)
         log.warning("document %r: a write was refused (%s)", self.name, event.reason)
@@ -395,6 +425,8 @@ class TetherClient:
         self.closed = False
         self.connects = 0
         self.last_close: tuple[int, str] | None = None
+        self._close: tuple[int, str] | None = None  # the current connection's, once it ends
+        self._refusal_closes = 0  # connections in a row the server closed for an invalid update
         # The last failed attempt per transport, until one succeeds (the error __aenter__ raises)
         self._attempt_errors: dict[str, BaseException] = {}
         self._gave_up = asyncio.Event()  # no point waiting: a permanent error, or no reconnect
@@ -533,7 +565,10 @@ class TetherClient:
             finally:
                 self._ws = None
                 self.transport_in_use = None
-                self._session.disconnected()
+                close, self._close = self._close, None
+                self._dispatch(self._session.disconnected(close))
+                refused = close is not None and is_refusal_close(*close)
+                self._refusal_closes = self._refusal_closes + 1 if refused else 0
                 self.connected.clear()
                 self._changes.notify()
             if kind == "ws":
@@ -541,7 +576,10 @@ class TetherClient:
             if not self.reconnect or self.closed:
                 self._gave_up.set()
                 break
-            delay = min(self._backoff_max, self._backoff_initial * 2**attempt)
+            # Refusal closes in a row back off as failed attempts do: whatever keeps causing
+            # them (each document's are bounded, MAX_REFUSALS_IN_ROW) cannot make a tight loop.
+            exponent = attempt + self._refusal_closes
+            delay = min(self._backoff_max, self._backoff_initial * 2**exponent)
             attempt += 1
             await asyncio.sleep(delay * random.uniform(0.5, 1.5))  # jittered backoff
 
@@ -621,7 +659,7 @@ class TetherClient:
                 self._dispatch(events)
         finally:
             if ws.close_code is not None:
-                self.last_close = (ws.close_code, ws.close_reason or "")
+                self.last_close = self._close = (ws.close_code, ws.close_reason or "")
             for task in (writer, probe):
                 if task is not None:
                     task.cancel()
@@ -645,6 +683,8 @@ class TetherClient:
                 handle = self._handles.get(event.channel)
                 if handle is not None:
                     handle._rolled_back(event)
+                if event.stopped:
+                    self._handles.pop(event.channel, None)
             elif isinstance(event, AuthRefused):
                 log.info("document %r refused: %s", event.channel, event.reason)
         if events:

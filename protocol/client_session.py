@@ -13,6 +13,19 @@ vector) and takes every update that arrives meanwhile; when the answering ``sync
 it becomes the document, and the old Doc, refused changes and all, goes to the caller. Until
 then nothing local is sent and the server's step1s are answered from the fresh Doc, so the
 refused change is not offered again (PROTOCOL.md, "Refused writes").
+
+Two refusals come without a ``SyncStatus``. An update the server's guard refuses closes the
+whole connection (1002, "invalid update: ..."), naming no document: ``disconnected`` is told the
+close, and every read-write document with a change still awaiting its SyncStatus is a suspect.
+A suspect is rolled back as above on the next connection, its state at the close kept; when the
+server's whole state arrives, a suspect the server holds in full was not refused (its frames
+were applied before the refused one) and resumes, sending what the server lacks; any other is
+refused with the close's reason. A document with no change awaiting an ack resyncs as after any
+other close. A ``Sync`` over the server's ``max_frame_bytes`` revokes its channel
+(``PermissionDenied("update too large: ...")``): that document is authenticated again on the
+same connection and rolled back. Neither refused change is sent again. A document refused
+``MAX_REFUSALS_IN_ROW`` times with no write of it applied in between is no longer synced: it is
+closed, and its ``WriteRefused`` says ``stopped``.
 """
 
 from __future__ import annotations
@@ -52,6 +65,14 @@ from .sync import (
 TEXT_NAME = "content"
 REMOTE_ORIGIN = "tether-remote"
 READONLY_REASON = "readonly grant: this token may read the document, not write it"
+# How the server closes a connection whose update its guard refused (close_codes.py), and the
+# reason it revokes a channel with for a Sync over max_frame_bytes (session.py).
+INVALID_UPDATE_CLOSE = 1002
+INVALID_UPDATE_PREFIX = "invalid update"
+TOO_LARGE_PREFIX = "update too large"
+# Refusals of one document by close or size in a row, with none of its writes applied between,
+# before the client stops syncing it: each costs every document on the connection a reconnect.
+MAX_REFUSALS_IN_ROW = 3
 # What an update's state vector is when it holds no structs (only deletions, or nothing).
 _NO_STRUCTS = b"\x00"
 
@@ -104,11 +125,13 @@ class DocumentClosed:
 @dataclass(frozen=True, slots=True)
 class WriteRefused:
     """The server refused a write for good; the document now holds the server's state and
-    ``local_doc`` is the Doc as it was before, the refused changes in it."""
+    ``local_doc`` is the Doc as it was before, the refused changes in it. ``stopped``: refused
+    too often in a row, so the document was closed instead (``local_doc`` is its last Doc)."""
 
     channel: str
     reason: str
     local_doc: Doc
+    stopped: bool = False
 
 
 ClientEvent = (
@@ -151,6 +174,11 @@ class ClientDocument:
     rollback_reason: str = ""
     # Our step1s awaiting their syncStep2, oldest first: True for the rollback's.
     step1s: deque[bool] = field(default_factory=deque)
+    # A suspect of a refusal close: its full state then; the rollback's answer says whether
+    # the server holds all of it (not refused after all) or not.
+    suspect_state: bytes | None = None
+    # Refusals by close or size since a write of this document was last applied.
+    refusals_in_row: int = 0
     presence: dict[int, AwarenessEntry] = field(default_factory=dict)
     local_presence: str | None = None
     local_clock: int = 0
@@ -260,14 +288,49 @@ class ClientSession:
             return []
         return [Close(channel).encode()] if self.connected else []
 
-    def disconnected(self) -> None:
+    def disconnected(self, close: tuple[int, str] | None = None) -> list[ClientEvent]:
+        """The connection ended; ``close`` is its close code and reason, if it had one. A
+        refusal close (``is_refusal_close``) makes suspects of the documents awaiting a
+        SyncStatus (module docstring); the events are those given up on (``stopped``)."""
         self.connected = False
-        for state in self.documents.values():
-            if any(state.in_flight) or state.resend_due:
+        refusal = close[1] if close is not None and is_refusal_close(*close) else None
+        events: list[ClientEvent] = []
+        for state in list(self.documents.values()):
+            if refusal is not None and any(state.in_flight) and not state.readonly:
+                stopped = self._suspect(state, refusal)
+                if stopped is not None:
+                    events.append(stopped)
+                    continue
+            elif any(state.in_flight) or state.resend_due:
                 state.dirty_offline = True  # the resync's reply carries it again
             state.resend_due = False
             state.synced = False
             state.presence.clear()
+        return events
+
+    def _suspect(self, state: ClientDocument, reason: str) -> WriteRefused | None:
+        """``state`` had a change awaiting its SyncStatus when a refusal closed the connection."""
+        if self._refused_again(state):
+            return self._stop(state, reason)
+        if state.rollback is None:
+            state.rollback = Doc()  # a new client id: the refused clocks are never reused
+            state.rollback_reason = reason
+            state.suspect_state = state.doc.get_update()
+        return None
+
+    def _refused_again(self, state: ClientDocument) -> bool:
+        state.refusals_in_row += 1
+        return state.refusals_in_row >= MAX_REFUSALS_IN_ROW
+
+    def _stop(self, state: ClientDocument, reason: str) -> WriteRefused:
+        """Refused too often in a row: the document is closed rather than refused once more."""
+        self.documents.pop(state.channel, None)
+        state.synced = False
+        stopped = (
+            f"{reason} (refused {state.refusals_in_row} times in a row: this client stopped"
+            " syncing the document; open it again to resume)"
+        )
+        return WriteRefused(state.channel, stopped, state.doc, stopped=True)
 
     # ---- incoming ----------------------------------------------------------------------------
 
@@ -283,11 +346,15 @@ class ClientSession:
         if isinstance(message, Sync):
             return self._on_sync(state, message)
         if isinstance(message, SyncStatus):
+            if state.scope is None:
+                return [], []  # a revoked channel's late ack, before its new grant
             return self._on_status(state, message.applied)
         if isinstance(message, Authenticated):
             state.scope = message.scope
             return [], [AuthGranted(state.channel, message.scope)]
         if isinstance(message, PermissionDenied):
+            if message.reason.startswith(TOO_LARGE_PREFIX):
+                return self._too_large(state, message.reason)
             state.refused = message.reason
             return [], [AuthRefused(state.channel, message.reason)]
         if isinstance(message, Awareness):
@@ -306,6 +373,8 @@ class ClientSession:
         carried = state.in_flight.popleft() if state.in_flight else False
         events: list[ClientEvent] = [Acked(state.channel, applied)]
         if applied:
+            if carried:
+                state.refusals_in_row = 0  # a write of it applied: not refused in a row
             return [], events
         state.rejected += 1
         if not carried:
@@ -318,6 +387,19 @@ class ClientSession:
         state.rollback = Doc()  # a new client id: the refused clocks are never reused
         state.rollback_reason = READONLY_REASON
         return self._ask_for_rollback(state), events
+
+    def _too_large(
+        self, state: ClientDocument, reason: str
+    ) -> tuple[list[bytes], list[ClientEvent]]:
+        """A Sync of ours over ``max_frame_bytes``: the server revoked the channel. Ask for it
+        again on this connection, rolling back (the refused change is never sent again)."""
+        if self._refused_again(state):
+            return [Close(state.channel).encode()], [self._stop(state, reason)]
+        if state.rollback is None:
+            state.rollback = Doc()
+        state.rollback_reason = reason
+        state.suspect_state = None  # this one was refused: nothing to weigh
+        return self.handshake(state.channel), []
 
     def _ask_for_rollback(self, state: ClientDocument) -> list[bytes]:
         """The rollback's step1, once no other step1 of ours awaits its answer: a server that
@@ -347,8 +429,11 @@ class ClientSession:
         if isinstance(inner, SyncStep2):
             answers_rollback = state.step1s.popleft() if state.step1s else False
             if answers_rollback and state.rollback is not None:
-                frames, refused = self._swap(state)
-                events.append(refused)
+                if _holds_all(state.rollback, state.suspect_state):
+                    frames = self._resume(state)
+                else:
+                    frames, refused = self._swap(state)
+                    events.append(refused)
             else:
                 frames = self._ask_for_rollback(state)  # deferred behind the answer just in
             if not state.synced:
@@ -361,9 +446,22 @@ class ClientSession:
         assert state.rollback is not None
         local = state.doc
         state.doc, state.rollback = state.rollback, None
+        state.suspect_state = None
         state.dirty_offline = False  # what was unsent is in the refused copy
         refused = WriteRefused(state.channel, state.rollback_reason, local)
         return self._presence_moved(state, local.client_id), refused
+
+    def _resume(self, state: ClientDocument) -> list[bytes]:
+        """A suspect the server holds in full was not refused: it keeps its Doc, and sends what
+        the server lacks (what was typed since the close)."""
+        assert state.rollback is not None
+        server = state.rollback
+        state.rollback = state.suspect_state = None
+        state.refusals_in_row -= 1  # the close was not this document's doing
+        state.sent += 1
+        state.in_flight.append(True)
+        update = state.doc.get_update(server.get_state())
+        return [Sync(state.channel, SyncUpdate(update)).encode()]
 
     def _apply_remote(self, state: ClientDocument, update: bytes) -> None:
         self._applying_remote = True
@@ -381,6 +479,25 @@ class ClientSession:
                 state.presence.pop(entry.client_id, None)
             else:
                 state.presence[entry.client_id] = entry
+
+
+def is_refusal_close(code: int, reason: str) -> bool:
+    """Whether a connection's close says the server's guard refused an update of ours."""
+    return code == INVALID_UPDATE_CLOSE and reason.startswith(INVALID_UPDATE_PREFIX)
+
+
+def _holds_all(server: Doc, state: bytes | None) -> bool:
+    """Whether ``server`` (a Doc holding the server's state) has everything of ``state`` (a
+    suspect's at the close): applied to a copy of it, ``state`` changes nothing. None: the
+    rollback was no question (a refusal known for sure). O(document), once per suspect."""
+    if state is None:
+        return False
+    copy = Doc()
+    copy.apply_update(server.get_update())
+    changes: list[bytes] = []
+    copy.observe(lambda event: changes.append(event.update))
+    copy.apply_update(state)
+    return all(change == EMPTY_UPDATE for change in changes)
 
 
 def _source(state: ClientDocument) -> Doc:

@@ -237,7 +237,10 @@ class HttpLink:
                 self._acked = max(self._acked, acked)
                 self._unacked_bytes = max(0, self._unacked_bytes - unacked)
                 if reply.status_code != 204:
-                    # 410: the server closed the session; its stream carries the close event.
+                    # 410: the server closed the session; its stream carries the close event,
+                    # and so does the answer, which may come first (the caller judges the close).
+                    if reply.status_code == 410:
+                        self._closed_by_server(reply)
                     raise ConnectionError(f"HTTP send refused ({reply.status_code})")
         except asyncio.CancelledError:
             raise
@@ -246,6 +249,17 @@ class HttpLink:
             # End the down request too: the link is over, the caller starts a new session.
             with contextlib.suppress(Exception):
                 await self._client.aclose()
+
+    def _closed_by_server(self, reply: httpx.Response) -> None:
+        """The close a 410 names (``{"code", "reason"}``), unless the stream told it first."""
+        if self.close_code is not None:
+            return
+        try:
+            body = reply.json()
+            code, reason = int(body["code"]), str(body.get("reason", ""))
+        except (ValueError, KeyError, TypeError):
+            return
+        self.close_code, self.close_reason = code, reason
 
 
 @functools.cache
