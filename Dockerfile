@@ -32,7 +32,9 @@ USER tether
 ENV TETHER_HOST=0.0.0.0 TETHER_PORT=8765 TETHER_DATA_DIR=/data
 VOLUME /data
 EXPOSE 8765
-HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import urllib.request, sys; \
-sys.exit(urllib.request.urlopen('http://127.0.0.1:8765/health').status != 200)"
+# /ready is /health's body with 503 while degraded (the database unavailable, AI degraded):
+# urlopen raises on it, and the container shows as unhealthy.
+HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import urllib.request; \
+urllib.request.urlopen('http://127.0.0.1:${TETHER_PORT:-8765}/ready', timeout=4)"
 ENTRYPOINT ["tether"]
 CMD ["serve"]

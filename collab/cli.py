@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import socket
 import sys
 import tempfile
 from pathlib import Path
@@ -237,6 +239,7 @@ def _serve(args: argparse.Namespace) -> int:
         settings = settings_from_env({**file_values, **os.environ}).with_overrides(**vars(args))
         settings.validate()
         _check_data_dir(Path(settings.data_dir))
+        _check_listen(settings.host, settings.port)
     except InvalidSetting as exc:
         print(f"tether: {_where(exc, args, file_values)}", file=sys.stderr)
         return 2
@@ -366,6 +369,39 @@ def _check_data_dir(data_dir: Path) -> None:
         raise InvalidSetting(
             "data_dir", data_dir, f"is not a writable directory: {reason}"
         ) from exc
+
+
+def _check_listen(host: str, port: int) -> None:
+    """The address can be listened on: a port in use (or a host that is not this machine's)
+    is one line and exit status 2 before anything starts, not a line after the whole start-up
+    (store, model). uvicorn binds it again a moment later, as it would have."""
+    if port == 0:
+        return  # the kernel picks a free one
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise InvalidSetting("host", host, f"does not resolve: {exc.strerror}") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+                probe.listen(1)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    where = (
+                        f"{address[0]}:{port}"
+                        if family == socket.AF_INET
+                        else f"[{address[0]}]:{port}"
+                    )
+                    raise InvalidSetting(
+                        "port", port, f"{where} is already in use (another server?)"
+                    ) from None
+                raise InvalidSetting(
+                    "host", host, f"cannot listen there: {exc.strerror or exc}"
+                ) from None
 
 
 def _token(args: argparse.Namespace) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -24,7 +25,6 @@ from .cluster.stores import build_store
 from .config import Settings
 from .connection.admission import Admission, client_address
 from .connection.ai_off import AiOff
-from .connection.close_codes import TRY_AGAIN_LATER
 from .connection.context import ServerContext, valid_document_name
 from .connection.sockets import SocketEndpoints
 from .fallback.endpoints import HttpTransport
@@ -41,12 +41,13 @@ from .rooms.manager import RoomManager
 from .rooms.presence_claims import ClaimRegistry
 from .rooms.renders import Renders
 from .rooms.settings import RoomSettings
+from .runtime.host_logging import install as bridge_logs_to_host
 from .runtime.limits import AiQuotaLog
 from .runtime.log_redaction import install as redact_tokens_in_logs
 from .runtime.loop_watch import LoopWatch, done, note
 from .runtime.metrics import Metrics
 from .runtime.pools import Pools, PoolSizes, installed
-from .storage.store import Store
+from .storage.store import StorageError, Store
 from .transport.asgi_socket import AsgiWebSocket
 from .transport.send_budget import SendBudget
 
@@ -124,6 +125,9 @@ class TetherServer:
         if self._stack is not None:
             raise RuntimeError("this TetherServer is already started")
         settings = self.settings
+        # Inside a host app whose server configured only its own loggers, tether's lines go
+        # to that server's handlers (under tether serve the root is configured: no-op).
+        bridge_logs_to_host()
         if settings.auth == "none":
             log.warning(
                 "AUTH IS OFF (--auth none): anyone who reaches this port "
@@ -211,6 +215,35 @@ class TetherServer:
             app.state.ctx = self.context
             yield
 
+    async def _lifespan_events(self, receive: Receive, send: Send) -> None:
+        """The ASGI lifespan (``tether serve``; a host's mount never sees one). A start that
+        fails for a reason of the outside world (a database that does not answer, a file that
+        cannot be opened) is one line for the operator, not a traceback."""
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.start()
+                except (StorageError, OSError) as exc:
+                    log.debug("start-up failed", exc_info=True)
+                    failure = f"tether could not start: {exc}"
+                    await send({"type": "lifespan.startup.failed", "message": failure})
+                    return
+                except BaseException:
+                    failure = traceback.format_exc()
+                    await send({"type": "lifespan.startup.failed", "message": failure})
+                    raise
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                try:
+                    await self.stop()
+                except BaseException:
+                    failure = traceback.format_exc()
+                    await send({"type": "lifespan.shutdown.failed", "message": failure})
+                    raise
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
     def _extend(self, stack: contextlib.AsyncExitStack, extension: Any) -> None:
         """A built-in extension, in the hooks until the server stops."""
         self.hooks.add(extension)
@@ -279,8 +312,11 @@ class TetherServer:
         ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan_events(receive, send)
+            return
         if scope["type"] not in ("http", "websocket"):
-            await self.http_app(scope, receive, send)  # lifespan
+            await self.http_app(scope, receive, send)
             return
         if self.context is None:
             await self._refuse_not_started(scope, receive, send)
@@ -305,7 +341,7 @@ class TetherServer:
         if scope["type"] == "websocket":
             ws = AsgiWebSocket(receive, send)
             if await ws.handshake():
-                await ws.refuse(TRY_AGAIN_LATER, "tether is not started")
+                await ws.deny(503, "tether is not started", scope)
             return
         await JSONResponse({"error": NOT_STARTED}, status_code=503)(scope, receive, send)
 

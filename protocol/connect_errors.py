@@ -7,6 +7,7 @@ Pure: classifies exceptions the transports raise; knows no sockets.
 from __future__ import annotations
 
 import errno
+import json
 import socket
 
 from websockets.exceptions import InvalidStatus, InvalidURI
@@ -32,10 +33,17 @@ def describe(exc: BaseException) -> tuple[str, bool]:
             status = cause.response.status_code
             if status == 404:
                 return "no endpoint at that path (HTTP 404): a tether URL ends in /ws", True
+            reason = _reason_of(cause.response.body)
+            if reason:
+                return f"the server refused the WebSocket upgrade (HTTP {status}): {reason}", False
             if status in (401, 403):
+                # tether's own refusals carry their reason; a host app's router refuses a
+                # WebSocket path it does not route with a bare 403.
                 return (
-                    f"the server refused the WebSocket upgrade (HTTP {status}): an Origin or Host"
-                    " it does not allow, or too many sockets from this address",
+                    f"the server refused the WebSocket upgrade (HTTP {status}) without saying"
+                    " why: not a tether endpoint, whose refusals give a reason (a host app"
+                    " refuses a WebSocket path it does not route this way: is the path the"
+                    " mount's prefix + /ws?), or an older server",
                     False,
                 )
             return f"the server answered the upgrade with HTTP {status}", False
@@ -50,6 +58,17 @@ def describe(exc: BaseException) -> tuple[str, bool]:
         if isinstance(cause, TimeoutError):
             return "timed out opening the connection", False
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__, False
+
+
+def _reason_of(body: bytes | bytearray | None) -> str:
+    """The ``{"error": ...}`` a tether refusal's body holds, else ""."""
+    if not body or len(body) > 4096:
+        return ""
+    try:
+        reason = json.loads(bytes(body)).get("error", "")
+    except (ValueError, AttributeError):
+        return ""
+    return reason[:300] if isinstance(reason, str) else ""
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

@@ -118,7 +118,8 @@ async def test_a_mount_whose_host_never_starts_tether_says_so(tmp_path: Path):
         with pytest.raises(websockets.InvalidStatus) as refused:
             async with websockets.connect(host.ws("/collab/ws")):
                 pass
-        assert refused.value.response.status_code == 403
+        assert refused.value.response.status_code == 503
+        assert b"tether is not started" in refused.value.response.body
         stopped_cleanly(host)
         assert host.log().count("tether is not started") == 1  # logged once, not per request
 

@@ -22,7 +22,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from websockets.exceptions import InvalidStatus
 
-from tests.idp import AUDIENCE, ISSUER, IdentityProvider
+from tests.hostproc import REPO, HostProcess
+from tests.idp import AUDIENCE, ISSUER, IdentityProvider, public_jwk
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import SECRET, ServerProcess
 from tether.collab.auth.jwks import MAX_AGE_BOUNDS, MAX_KEYS, JwksKeys, KeyUnavailable
@@ -304,8 +305,6 @@ async def test_a_huge_answer_or_too_many_keys_are_bounded() -> None:
     with IdentityProvider() as idp:
         idp.add_key("rsa-1", "RS256")
         ec = idp.add_key("ec-1", "ES256", listed=False)
-        from tests.idp import public_jwk
-
         template = public_jwk(ec, "x", "ES256")
         idp.extra = [{**template, "kid": f"k{n}"} for n in range(MAX_KEYS + 50)]
         keys = JwksKeys(idp.url, timeout=2.0, min_refresh=0.0)
@@ -424,3 +423,27 @@ async def test_a_jwks_outage_refuses_its_tokens_clearly_and_the_server_goes_on(
             assert server.health()["status"] == "ok"
             assert server.proc is not None and server.proc.poll() is None
             idp.release()
+
+
+async def test_a_host_app_maps_its_providers_claims_in_its_authenticate_callback(
+    idp: IdentityProvider, tmp_path: Path
+) -> None:
+    host_app = REPO / "tests" / "hosts" / "claims_host.py"
+    with HostProcess(
+        host_app, tmp_path, "--jwks-url", idp.url, ready_path="/collab/health"
+    ) as host:
+        claims = {"docs": None, "scope": None, "https://example.com/team": "blue"}
+        editor = idp.token("ec-1", permissions=["editor"], **claims)
+        viewer = idp.token("ed-1", permissions=[], **claims)
+        forged = idp.token("rsa-1", signer="stranger", permissions=["editor"], **claims)
+        with anyio.fail_after(20):
+            async with await MuxPeer.connect(host.ws("/collab/ws")) as peer:
+                doc = await peer.open("blue/plan", editor)
+                assert doc.scope == "read-write"
+                assert (await peer.open("blue/notes", viewer)).scope == "readonly"
+                other = await peer.attach("red/plan", editor)
+                await other.wait(lambda: other.denied is not None, what="the refusal")
+                bad = await peer.attach("blue/x", forged)
+                await bad.wait(lambda: bad.denied is not None, what="the refusal")
+        assert other.denied == "document not allowed by token"
+        assert bad.denied is not None and "invalid token" in bad.denied

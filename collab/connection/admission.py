@@ -16,7 +16,6 @@ from ..hooks import ConnectionInfo, Hooks
 from ..runtime.metrics import Metrics
 from ..transport.asgi_socket import AsgiWebSocket
 from .address_limit import ConnectionsPerAddress
-from .close_codes import TRY_AGAIN_LATER
 from .origins import OriginPolicy, normalise_origin
 from .request_headers import RequestHeaders
 
@@ -43,7 +42,9 @@ class Admission:
         if refusal is not None:
             self._metrics.origin_refusals.labels("websocket").inc()
             self._log_refusal_once(scope, refusal)
-            await ws.refuse(1008, refusal)  # the upgrade fails with 403: no document byte
+            # The upgrade fails with 403 and the reason (no document byte): a client can tell
+            # it from a host app's router refusing a path it does not route (403, no reason).
+            await ws.deny(403, refusal, scope)
             return None
         address = client_address(scope)
         if not self.addresses.enter(address):
@@ -51,7 +52,7 @@ class Admission:
             if address not in self._crowded and len(self._crowded) < _MAX_LOGGED:
                 self._crowded.add(address)
                 log.warning("refused a socket: too many open from %s", address)
-            await ws.refuse(TRY_AGAIN_LATER, "too many connections from this address")
+            await ws.deny(403, "too many connections from this address", scope)
             return None
         return address
 

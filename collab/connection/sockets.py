@@ -17,7 +17,6 @@ from ..hooks import ConnectionInfo, Hooks
 from ..runtime.metrics import Metrics, label_value
 from ..transport.asgi_socket import AsgiWebSocket
 from .admission import Admission, connection_info, route_path
-from .close_codes import UNAUTHORIZED
 from .context import ServerContext
 from .mux import MuxConnection
 from .yws import YwsConnection
@@ -53,7 +52,7 @@ class SocketEndpoints:
         try:
             if path == "/ws":
                 connection = connection_info(scope, "ws", path, address, hooks=self._hooks)
-                if await self._connected(ws, connection):
+                if await self._connected(ws, connection, scope):
                     try:
                         await self._serve_mux(ws, connection)
                     finally:
@@ -64,9 +63,9 @@ class SocketEndpoints:
                 # the document "repA", under a token checked for that name.
                 name = path[len("/yjs/") :]
                 connection = connection_info(scope, "yjs", path, address, name, hooks=self._hooks)
-                if await self._connected(ws, connection):
+                if await self._connected(ws, connection, scope):
                     try:
-                        await self._serve_yjs(ws, name, query, connection)
+                        await self._serve_yjs(ws, name, query, connection, scope)
                     finally:
                         await self._hooks.on_disconnect(connection)
             else:
@@ -77,13 +76,13 @@ class SocketEndpoints:
                 "socket from %s on %s ended after %.1f s", address, path, time.monotonic() - opened
             )
 
-    async def _connected(self, ws: AsgiWebSocket, connection: ConnectionInfo) -> bool:
+    async def _connected(self, ws: AsgiWebSocket, connection: ConnectionInfo, scope: Scope) -> bool:
         """The on_connect hooks; False (and refused: 403 on the upgrade) if one refused."""
         try:
             await self._hooks.on_connect(connection)
         except AuthError as exc:
             self._metrics.auth_failures.labels("on_connect").inc()
-            await ws.refuse(UNAUTHORIZED, str(exc))
+            await ws.deny(403, str(exc), scope)
             return False
         return True
 
@@ -92,7 +91,7 @@ class SocketEndpoints:
         await MuxConnection(ws, self._context(), connection).run()
 
     async def _serve_yjs(
-        self, ws: AsgiWebSocket, name: str, query: str, connection: ConnectionInfo
+        self, ws: AsgiWebSocket, name: str, query: str, connection: ConnectionInfo, scope: Scope
     ) -> None:
         ctx = self._context()
         token = parse_qs(query).get("token", [""])[0]
@@ -100,7 +99,7 @@ class SocketEndpoints:
             grant = await authorize_yws(ctx, name, token, connection)
         except AuthError as exc:
             ctx.metrics.auth_failures.labels(label_value(str(exc))).inc()
-            await ws.refuse(UNAUTHORIZED, str(exc))
+            await ws.deny(403, str(exc), scope)  # 403 with the reason: y-websocket retries 44xx
             return
         await ws.accept()
         await YwsConnection(ws, ctx, name, grant).run()

@@ -221,6 +221,17 @@ PATHS: dict[str, Any] = {
             "responses": {"200": _json("Health", "the server is up")},
         }
     },
+    "/ready": {
+        "get": {
+            "summary": "/health's body for health checks: 503 while the status is 'degraded'"
+            " (the database unavailable, or AI degraded)",
+            "security": [],
+            "responses": {
+                "200": _json("Health", "ready"),
+                "503": _json("Health", "degraded"),
+            },
+        }
+    },
     "/api/documents": {
         "get": {
             "summary": "The stored documents this token may open, a page at a time",

@@ -1,5 +1,6 @@
-"""``/health`` (for load balancers and editors asking whether AI works) and ``/metrics``
-(Prometheus, for the operator only). Knows the parts it reports on, not how they work.
+"""``/health`` (for load balancers and editors asking whether AI works), ``/ready`` (the same,
+503 while degraded: for health checks) and ``/metrics`` (Prometheus, for the operator only).
+Knows the parts it reports on, not how they work.
 """
 
 from __future__ import annotations
@@ -36,12 +37,26 @@ class StatusEndpoints:
         self._cluster = cluster
 
     def routes(self) -> list[Route]:
-        return [Route("/health", self.health), Route("/metrics", self.metrics)]
+        return [
+            Route("/health", self.health),
+            Route("/ready", self.ready),
+            Route("/metrics", self.metrics),
+        ]
 
     async def health(self, request: Request) -> Response:
         """Everyone sees the states; the operator (loopback, or the metrics token, as for
         /metrics) also sees the details: the model file, the worker's pid, queue and error
-        texts, which tell an outsider about the machine."""
+        texts, which tell an outsider about the machine. Always 200 while the process
+        answers (liveness); /ready is the same body, 503 while degraded."""
+        return JSONResponse(await self._health(request))
+
+    async def ready(self, request: Request) -> Response:
+        """/health for a readiness probe or a container's health check: 503 while degraded
+        (the database unavailable, edits waiting unacknowledged; or AI degraded)."""
+        body = await self._health(request)
+        return JSONResponse(body, status_code=200 if body["status"] == "ok" else 503)
+
+    async def _health(self, request: Request) -> dict[str, Any]:
         ctx = self._context()
         engine = self._engine()
         if engine is not None and engine.status is not None:
@@ -63,7 +78,7 @@ class StatusEndpoints:
             body["status"] = "degraded"  # sync serves; suggestions do not
         if _metrics_refusal(request, self._metrics_token) is not None:
             body = _public(body)
-        return JSONResponse(body)
+        return body
 
     async def metrics(self, request: Request) -> Response:
         refusal = _metrics_refusal(request, self._metrics_token)
