@@ -417,9 +417,17 @@ async def test_a_jwks_outage_refuses_its_tokens_clearly_and_the_server_goes_on(
                     await doc.append("still serving")
                     await doc.wait_acked()
                     await stuck.wait(lambda: stuck.denied is not None, what="the refusal")
+                    # A flood of made-up key ids fetches nothing more within the 30 s.
+                    flood = [
+                        await waiting.attach(f"{name}-{n}", idp.token(f"x{n}", signer="rsa-1"))
+                        for n in range(20)
+                    ]
+                    for doc in flood:
+                        await doc.wait(lambda doc=doc: doc.denied is not None, what="refusal")
             assert stuck.denied == (
                 "the identity provider's signing keys (JWKS) could not be fetched"
             )
+            assert idp.requests == 1  # the fetch at start, and no other
             assert server.health()["status"] == "ok"
             assert server.proc is not None and server.proc.poll() is None
             idp.release()
