@@ -1,8 +1,10 @@
 // Compiled, never run (npm test: tsc first): the published types fit the real libraries. A
-// HocuspocusProvider is a StatelessProvider, and every outcome is a value to narrow, not an
-// exception.
+// HocuspocusProvider is a StatelessProvider, the extensions configure as the README shows,
+// and every outcome is a value to narrow, not an exception.
 import { HocuspocusProvider } from "@hocuspocus/provider";
+import { Editor } from "@tiptap/core";
 import { TetherAI, type AIError, type StatelessProvider } from "../src/index.js";
+import { TetherSuggestions, suggestionsOf } from "../src/tiptap.js";
 
 declare const provider: HocuspocusProvider;
 const stateless: StatelessProvider = provider;
@@ -16,3 +18,18 @@ void suggestion.result.then((outcome) => {
 });
 void client.accept(suggestion.id, { confirmDropped: true }).then((outcome) => (outcome.ok ? "applied" : outcome.error.code));
 client.on("status", (status) => status.state === "ready");
+
+const editor = new Editor({
+  extensions: [
+    TetherSuggestions.configure({
+      provider,
+      pauseMs: 400,
+      keys: { accept: "Tab", rewrite: null },
+      onRewrite: (session) => session.diff().map((part) => part.op),
+      onEvent: (event) => (event.type === "error" ? event.error.code : event.type),
+    }),
+  ],
+});
+editor.commands.requestSuggestion();
+editor.chain().focus().acceptSuggestion().run();
+suggestionsOf(editor)?.rewrite()?.accept({ confirmDropped: false });
