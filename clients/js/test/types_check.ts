@@ -3,8 +3,11 @@
 // and every outcome is a value to narrow, not an exception.
 import { HocuspocusProvider } from "@hocuspocus/provider";
 import { Editor } from "@tiptap/core";
+import { EditorView } from "@codemirror/view";
+import * as Y from "yjs";
 import { TetherAI, type AIError, type StatelessProvider } from "../src/index.js";
 import { TetherSuggestions, suggestionsOf } from "../src/tiptap.js";
+import { tetherSuggestions, suggestionsOf as codeMirrorSuggestionsOf } from "../src/codemirror.js";
 
 declare const provider: HocuspocusProvider;
 const stateless: StatelessProvider = provider;
@@ -33,3 +36,7 @@ const editor = new Editor({
 editor.commands.requestSuggestion();
 editor.chain().focus().acceptSuggestion().run();
 suggestionsOf(editor)?.rewrite()?.accept({ confirmDropped: false });
+
+const ytext = new Y.Doc().getText("content");
+const view = new EditorView({ extensions: [tetherSuggestions({ provider, ytext, ghostClass: "ghost" })] });
+codeMirrorSuggestionsOf(view)?.request({ auto: false });
