@@ -139,8 +139,11 @@ class Authenticator:
     async def claims(self, token: str) -> dict[str, Any]:
         """The claims of a token whose signature, ``exp``, ``nbf``, ``aud`` and ``iss`` hold;
         raises AuthError."""
+        _present(token)
+        if self.keys is None:  # HS256 only: PyJWT refuses any other algorithm itself
+            return self._decode(token, "HS256", self._symmetric_key("HS256"))
         alg, kid = _header(token)
-        if alg == "HS256" or self.keys is None or alg not in JWKS_ALGORITHMS:
+        if alg == "HS256" or alg not in JWKS_ALGORITHMS:
             return self._decode(token, alg, self._symmetric_key(alg))
         try:
             key = await self.keys.key(kid, alg)
@@ -151,7 +154,8 @@ class Authenticator:
     def verify(self, token: str) -> Grant:
         if self.mode == "none":
             return OPEN_GRANT
-        alg, kid = _header(token)
+        _present(token)
+        alg, kid = ("HS256", None) if self.keys is None else _header(token)
         if alg == "HS256" or self.keys is None or alg not in JWKS_ALGORITHMS:
             key: Any = self._symmetric_key(alg)
         else:
@@ -193,7 +197,7 @@ class Authenticator:
         policy = self.policy
         audience: str | list[str] | None = list(policy.audience) or None
         issuer: str | list[str] | None = list(policy.issuer) or None
-        if alg == "HS256":
+        if alg == "HS256" and (audience or issuer):
             # The server's own tokens (tether token) name no audience or issuer: checked
             # only where they do.
             claims = _unverified(token)
@@ -231,12 +235,15 @@ class Authenticator:
         return claims
 
 
-def _header(token: str) -> tuple[str, str | None]:
-    """The token's algorithm and key id, read before anything is verified."""
+def _present(token: str) -> None:
     if not token:
         raise AuthError("missing token")
     if len(token) > MAX_TOKEN_CHARS:
         raise AuthError("invalid token: too long")
+
+
+def _header(token: str) -> tuple[str, str | None]:
+    """The token's algorithm and key id, read before anything is verified."""
     try:
         header = jwt.get_unverified_header(token)
     except (jwt.InvalidTokenError, ValueError, TypeError) as exc:
