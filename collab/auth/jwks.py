@@ -243,7 +243,7 @@ def parse_key_set(body: bytes) -> dict[str, dict[str, Any]]:
     document is not a key set or holds none of them."""
     try:
         document = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise ValueError("the answer is not JSON") from exc
     listed = document.get("keys") if isinstance(document, dict) else None
     if not isinstance(listed, list):
