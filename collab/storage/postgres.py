@@ -183,6 +183,17 @@ _ADD_VERSION = (
     + """)
     SELECT id FROM added"""
 )
+# One version forgotten, and its bytes taken off its subject's total and everyone's, in one
+# statement (so one transaction); yields how many went (0 or 1).
+_DELETE_VERSION = (
+    """WITH gone AS (
+        DELETE FROM tether_versions WHERE name = $1 AND id = $2
+        RETURNING subject, -LENGTH(data)::bigint AS bytes
+    ), counted AS ("""
+    + _COUNT_VERSIONS.format(changes="gone AS c")
+    + """)
+    SELECT COUNT(*) FROM gone"""
+)
 # What deleting a document's versions frees, per subject: counted at the end of the batch.
 _DELETE_VERSIONS = """WITH gone AS (
         DELETE FROM tether_versions WHERE name = $1 RETURNING subject, LENGTH(data) AS bytes
@@ -531,6 +542,12 @@ class PostgresStore(Store):
             # One statement, so one transaction: the version and its bytes in the totals.
             version = await conn.fetchval(_ADD_VERSION, name, label, now, data, subject)
             return VersionInfo(int(version), name, label, now, len(data))
+
+        return self._read(query)
+
+    def delete_version(self, name: str, version: int) -> Coroutine[Any, Any, bool]:
+        async def query(conn: asyncpg.Connection) -> bool:
+            return bool(await conn.fetchval(_DELETE_VERSION, name, version))
 
         return self._read(query)
 

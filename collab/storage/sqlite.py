@@ -110,7 +110,7 @@ _PAGE = """SELECT d.name, d.created_at, d.updated_at, COUNT(u.id),
     LEFT JOIN updates AS u ON u.name = d.name
     GROUP BY d.name ORDER BY d.name"""
 
-OpKind = Literal["append", "compact", "delete", "version", "resume"]
+OpKind = Literal["append", "compact", "delete", "version", "delete_version", "resume"]
 
 
 @dataclass(eq=False, slots=True)
@@ -121,6 +121,7 @@ class _Op:
     future: asyncio.Future[Any]
     label: str = ""  # a version's
     subject: str = ""  # who made the version
+    version: int = 0  # the version a delete_version forgets
     queued_at: float = 0.0  # time.monotonic() when it was queued
 
 
@@ -257,6 +258,17 @@ class SQLiteStore(Store):
             sizes = self._version_sizes
             sizes[subject] = sizes.get(subject, 0) + len(state)
         return info
+
+    async def delete_version(self, name: str, version: int) -> bool:
+        if self._state != "open" or self._loop is None or self._stopped.done():
+            raise StorageError(f"cannot delete a version of {name!r}: the store is not open")
+        future: asyncio.Future[bool] = self._loop.create_future()
+        self._put(_Op("delete_version", name, b"", future, version=version))
+        try:
+            return await _wait(future)
+        finally:
+            self._version_sizes = None  # its bytes left a subject's sum: read the sums again
+            self._versions_changed += 1
 
     async def version_bytes(self, subject: str | None = None) -> int:
         sizes = self._version_sizes
@@ -505,6 +517,9 @@ class _Writer:
             return self._append_many([op], now)[0]
         if op.kind == "version":
             return self._add_version(op, now)
+        if op.kind == "delete_version":
+            sql = "DELETE FROM versions WHERE name = ? AND id = ?"
+            return self._conn.execute(sql, (op.name, op.version)).rowcount > 0
         if op.kind == "compact":
             self._compact(op.name, op.data, now)
         else:

@@ -17,10 +17,10 @@ others return None. ``backend`` is the name ``/health`` gives the store.
 
 Versions (named snapshots, ``add_version``/``list_versions``/``load_version``): a document's
 state saved under a label and a time, kept until the document is deleted (``delete`` forgets
-them too). They are optional for a backend: the base class refuses them with StorageError, so
-a store written before them still works (the REST version endpoints answer 501 on it). A
-backend that keeps them implements the three methods; ``add_version`` is a write, ordered by
-call like the others.
+them too; ``delete_version`` forgets one). They are optional for a backend: the base class
+refuses them with StorageError, so a store written before them still works (the REST version
+endpoints answer 501 on it). A backend that keeps them implements the methods; ``add_version``
+and ``delete_version`` are writes, ordered by call like the others.
 """
 
 from __future__ import annotations
@@ -153,6 +153,11 @@ class Store(ABC):
         """The saved state of one version of ``name``, or None if it has no such version."""
         raise StorageError(f"{type(self).__name__} keeps no versions")
 
+    def delete_version(self, name: str, version: int) -> Coroutine[Any, Any, bool]:
+        """Enqueue forgetting one version of ``name`` (its bytes leave its maker's quota);
+        yields whether there was such a version."""
+        return _failed(StorageError(f"{type(self).__name__} keeps no versions"))
+
 
 async def _resolved(value: T) -> T:
     return value
@@ -255,6 +260,18 @@ class MemoryStore(Store):
         self._check_open()
         found = self._versions.get(version)
         return found[1] if found is not None and found[0].name == name else None
+
+    def delete_version(self, name: str, version: int) -> Coroutine[Any, Any, bool]:
+        return _run_now(lambda: self._delete_version(name, version))
+
+    def _delete_version(self, name: str, version: int) -> bool:
+        self._check_open()
+        found = self._versions.get(version)
+        if found is None or found[0].name != name:
+            return False
+        del self._versions[version]
+        self._version_subjects.pop(version, None)
+        return True
 
     def _add_version(self, name: str, label: str, data: bytes, subject: str) -> VersionInfo:
         self._check_open()
