@@ -211,8 +211,10 @@ async def test_a_host_maps_verified_claims_itself(idp: IdentityProvider) -> None
     try:
         claims = await auth.claims(idp.token("rsa-1", docs=None, role="editor"))
         assert claims["role"] == "editor" and claims["sub"] == "user-1"
-        with pytest.raises(AuthError):
+        with pytest.raises(AuthError, match="invalid token"):
             await auth.claims(idp.token("rsa-1", signer="stranger", role="editor"))
+        with pytest.raises(AuthError, match="token expired"):
+            await auth.claims(idp.token("rsa-1", ttl=-60, role="editor"))
     finally:
         await auth.aclose()
 

@@ -232,6 +232,8 @@ class Authenticator:
             raise AuthError("token not valid yet ('nbf' or 'iat' in the future)") from exc
         except (jwt.InvalidTokenError, ValueError, OverflowError, TypeError) as exc:
             raise AuthError("invalid token") from exc
+        if _expiry(claims.get("exp")) + policy.leeway <= time.time():
+            raise AuthError("token expired")  # before a host's own mapping reads the claims
         return claims
 
 
