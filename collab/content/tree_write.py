@@ -19,14 +19,27 @@ def replace_fragment(fragment: XmlFragment, blocks: tuple[Node | Run, ...]) -> N
     count = len(fragment.children)
     if count:
         del fragment.children[0:count]
-    nodes = tuple(b if isinstance(b, Node) else Node("paragraph", {}, (b,)) for b in blocks)
-    _write_children(fragment, nodes)
+    insert_blocks(fragment, 0, blocks)
 
 
-def _write_children(parent: XmlFragment | XmlElement, children: tuple[Node | Run, ...]) -> None:
-    """``children`` into ``parent``, each group of runs as one ``XmlText``. Inserted last first,
-    each at the front: yrs finds an index by walking the children, so appending n children one
-    by one costs O(n²) (60,000 list items: 46 s), and inserting at 0 costs O(n)."""
+def insert_blocks(
+    parent: XmlFragment | XmlElement, index: int, blocks: tuple[Node | Run, ...]
+) -> None:
+    """``blocks`` into ``parent`` before its child at ``index`` (text right under the fragment
+    goes in a paragraph). yrs walks ``index`` children for each block inserted: the caller
+    bounds ``index`` times the blocks."""
+    if isinstance(parent, XmlFragment):
+        blocks = tuple(b if isinstance(b, Node) else Node("paragraph", {}, (b,)) for b in blocks)
+    _write_children(parent, blocks, index)
+
+
+def _write_children(
+    parent: XmlFragment | XmlElement, children: tuple[Node | Run, ...], index: int = 0
+) -> None:
+    """``children`` into ``parent`` at ``index``, each group of runs as one ``XmlText``.
+    Inserted last first, each at ``index``: yrs finds an index by walking the children, so
+    appending n children one by one costs O(n²) (60,000 list items: 46 s), and inserting at 0
+    costs O(n)."""
     parts: list[Node | list[Run]] = []
     for child in children:
         if isinstance(child, Run):
@@ -40,7 +53,7 @@ def _write_children(parent: XmlFragment | XmlElement, children: tuple[Node | Run
             parts.append(child)  # an element between runs: the next run starts a new text
     for part in reversed(parts):
         if isinstance(part, list):
-            text = parent.children.insert(0, XmlText())
+            text = parent.children.insert(index, XmlText())
             # Last run first, each at the front, for the same reason: yrs walks a text from
             # its start to find an index, so appending run after run is O(runs²) (64 KiB of
             # "*a* " took 15-30 s), and a format range per run walks as far. At the front each
@@ -48,7 +61,7 @@ def _write_children(parent: XmlFragment | XmlElement, children: tuple[Node | Run
             for run in reversed(part):
                 text.insert(0, run.text, _marks(run))
             continue
-        element = parent.children.insert(0, XmlElement(part.tag))
+        element = parent.children.insert(index, XmlElement(part.tag))
         for key, value in part.attrs.items():
             element.attributes[key] = dict(value) if isinstance(value, Mapping) else value
         _write_children(element, part.children)
