@@ -5,9 +5,25 @@ import * as esbuild from "esbuild";
 import { fileURLToPath } from "node:url";
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
-import { readFileSync, readdirSync, rmSync } from "node:fs";
+import { readFileSync, readdirSync, realpathSync, rmSync } from "node:fs";
 
 const here = dirname(fileURLToPath(import.meta.url));
+
+// tether-client is a link to ../clients/js (file: dependency), whose own node_modules hold its
+// dev copies of yjs, Tiptap and CodeMirror. The page must have ONE copy of each (a second yjs or
+// @codemirror/state breaks instanceof checks and plugin keys): the package's imports of other
+// packages resolve from here, as they would from an installed tarball.
+const clientDir = realpathSync(join(here, "../clients/js"));
+const onePeerCopy = {
+  name: "tether-client-peers",
+  setup(build) {
+    build.onResolve({ filter: /^[^./]/ }, async (args) => {
+      if (args.pluginData === "peer" || !args.importer.startsWith(clientDir)) return undefined;
+      const found = await build.resolve(args.path, { kind: args.kind, resolveDir: here, pluginData: "peer" });
+      return found.errors.length ? { errors: found.errors } : found;
+    });
+  },
+};
 const options = {
   entryPoints: {
     editor: join(here, "src/main.js"),
@@ -26,6 +42,7 @@ const options = {
   logLevel: "info",
   // One copy of yjs / @codemirror/state: a second one breaks instanceof checks.
   mainFields: ["module", "browser", "main"],
+  plugins: [onePeerCopy],
 };
 
 /** sw.js, told the files to cache and a version: the hash of the build, so a new build is a
@@ -60,7 +77,7 @@ for (const name of readdirSync(join(here, "dist"))) {
 if (process.argv.includes("--watch")) {
   // While developing: the worker follows each rebuild (a reload then installs it).
   const rebuilt = { name: "service-worker", setup: (b) => b.onEnd((r) => !r.errors.length && buildWorker()) };
-  const ctx = await esbuild.context({ ...options, plugins: [rebuilt] });
+  const ctx = await esbuild.context({ ...options, plugins: [onePeerCopy, rebuilt] });
   await ctx.watch();
 } else {
   await esbuild.build(options);

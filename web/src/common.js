@@ -200,10 +200,3 @@ export function signInBox(message) {
 export function documentHref(name) {
   return at("/d/" + name.split("/").map(encodeURIComponent).join("/"));
 }
-
-/** Bytes as standard, padded base64 (what the AI protocol's anchors are). */
-export function toBase64(bytes) {
-  let binary = "";
-  for (const b of bytes) binary += String.fromCharCode(b);
-  return btoa(binary);
-}

@@ -11,13 +11,14 @@
 // server that is down; `?local=off` or the deployment's --web-local-copies off keep nothing.
 //
 // Both editors are a *surface* this page drives: {kind, hasFocus(), focus(), setEditable(bool),
-// destroy(), ghost(), startGhost(id), ghostDelta(id, text), ghostEnded(id), clearGhost(silent),
-// cursor() -> request fields or null, selection() -> {fields, old} or null}; they call back
-// through `editorCtx` (request, rewrite, sendAccept, cancel, typed).
+// destroy(), suggestions() -> tether-client's driver (ask, rewrite) or null}. Their AI (ghost
+// text, Tab/Esc, type-through, rewrites) is tether-client's Tiptap or CodeMirror extension,
+// given this page's options (aiOptions).
 import "./common.css";
 import "./editor.css";
 import * as Y from "yjs";
 import { HocuspocusProvider, HocuspocusProviderWebsocket } from "@hocuspocus/provider";
+import { TetherAI } from "tether-client";
 import { guardPresence } from "./presence.js";
 import { fallbackSocketClass } from "./transport.js";
 import {
@@ -32,15 +33,11 @@ import {
   rememberName,
   signInBox,
 } from "./common.js";
-import { droppedItems, wordDiff } from "./diff.js";
 import { LocalCopy } from "./local.js";
 import { clearAllLocalCopies, keepShell } from "./offline.js";
 
-const PAUSE_MS = 600;
-const MAX_TOKENS = 24;
 // Until the first sync says which kind the document is; then the local state decides.
 const CHOOSE_EDITOR_AFTER_MS = 3000;
-const NO_ANSWER_MS = 15000;
 const DELETED_REASON = "document deleted"; // the server's PermissionDenied for a deleted one
 const SYNC_STATUS = 8; // the frame type of the server's per-update answer (1 applied, 0 refused)
 // A refusal of the document that says nothing about access to it: the local copy stays.
@@ -240,8 +237,8 @@ function connectDocument() {
     mountEditor();
   });
   provider.on("unsyncedChanges", () => renderPending());
-  provider.on("stateless", onStateless);
   provider.awareness.on("change", renderPresence);
+  startAi(); // before attach: it hears the first authentication
   provider.attach();
   provider.setAwarenessField("user", { ...user });
   window.tether.provider = provider;
@@ -368,8 +365,6 @@ function onAuthenticated({ scope }) {
   rememberedScope = scope;
   local.set("scope", scope);
   if (surface) surface.setEditable(writable);
-  // The AI's state belongs to the socket: ask again after every (re)authentication.
-  if (aiEnabled) send({ type: "status", id: AI_STATUS_ID });
   renderAiControls();
   renderPending();
 }
@@ -495,7 +490,7 @@ function refuse(message, offerSignIn) {
   );
   refusalEl.hidden = false;
   // Stop syncing (never send anything after a refusal), then drop the text from the page.
-  for (const thing of [provider, websocketProvider, surface]) {
+  for (const thing of [ai, provider, websocketProvider, surface]) {
     try {
       if (thing) thing.destroy();
     } catch (err) {
@@ -531,37 +526,42 @@ function renderPresence() {
   document.body.dataset.peers = String(items.length);
 }
 
-// ---------------------------------------------------------------- AI messages
+// ---------------------------------------------------------------- AI
 
-let counter = 0;
-function newId(prefix) {
-  counter += 1;
-  return `${prefix}${Date.now().toString(36)}-${counter}`;
-}
-
-function send(message) {
-  if (refused || !provider) return;
-  provider.sendStateless(JSON.stringify(message));
-}
-
-// What the server says of its AI (ai.status): null until it says anything (an older server
-// never does: then AI counts as available). Only "ready" means suggestions work.
-const AI_STATUS_ID = "ai-status";
-let aiState = null; // {state, reason}
+// The AI messages, ghost text and rewrites are tether-client's (clients/js): one client on this
+// document's provider, and its editor extensions (mounted with the editor). This page shows
+// what they report: the status on the buttons, short notes, the rewrite panel.
+let ai = null; // the TetherAI client, once the provider exists (unless AI is off here)
+let rewrite = null; // the RewriteSession in the panel
+let rewriteDroppedShown = null; // the `dropped` list the panel has put on screen
+let wasAvailable = true;
 const SUGGEST_TITLE = suggestButton.title;
 const REWRITE_TITLE = rewriteButton.title;
 
-function aiAvailable() {
-  return aiState === null || aiState.state === "ready";
+function startAi() {
+  if (!aiEnabled) return;
+  // The client asks for ai.status now and after every (re)authentication.
+  ai = TetherAI.for(provider);
+  ai.on("status", onAiStatus);
+  ai.on("error", (error) => {
+    // An error for no suggestion of ours: a request the server could not read.
+    if (error.id === null || error.code !== "bad_request") aiNote(`AI: ${error.message || error.code}`);
+  });
 }
 
-function aiUnavailableText() {
-  return `AI unavailable: ${aiState.reason || aiState.state}`;
+/** Only "ready" means suggestions work; until the server says anything, they count as working. */
+function aiAvailable() {
+  return !ai || ai.available;
 }
 
 // The server's 'unavailable' errors already begin "AI is unavailable: …"; say it once.
 function withoutPrefix(reason) {
   return String(reason || "").replace(/^\s*AI (is )?unavailable:\s*/i, "");
+}
+
+function aiUnavailableText() {
+  const status = ai && ai.status;
+  return `AI unavailable: ${(status && (withoutPrefix(status.reason) || status.state)) || "unknown"}`;
 }
 
 /** Grey the AI controls while AI cannot answer, saying why on hover. */
@@ -572,20 +572,15 @@ function renderAiControls() {
   const why = aiAvailable() ? null : aiUnavailableText();
   suggestButton.title = why || SUGGEST_TITLE;
   rewriteButton.title = why || REWRITE_TITLE;
-  document.body.dataset.ai = !aiEnabled ? "off" : aiState ? aiState.state : "unknown";
+  document.body.dataset.ai = !aiEnabled ? "off" : ai && ai.status ? ai.status.state : "unknown";
 }
 
-function setAiState(state, reason) {
-  const wasAvailable = aiAvailable();
-  aiState = { state, reason: withoutPrefix(reason) };
+function onAiStatus() {
   renderAiControls();
-  if (!aiAvailable()) {
-    const ghost = surface && surface.ghost();
-    if (ghost && !ghost.received) surface.clearGhost(true);
-    aiNote(aiUnavailableText(), true);
-  } else if (!wasAvailable) {
-    aiNote("AI is back");
-  }
+  const available = aiAvailable();
+  if (!available) aiNote(aiUnavailableText(), true);
+  else if (!wasAvailable) aiNote("AI is back");
+  wasAvailable = available;
 }
 
 let aiNoteTimer = null;
@@ -595,219 +590,87 @@ function aiNote(text, sticky = false) {
   if (text && !sticky) aiNoteTimer = setTimeout(() => (aiEl.textContent = ""), 4000);
 }
 
-let pauseTimer = null;
-let lastAnsweredId = null; // the newest ghost id the server has started
-let rewrite = null; // {id, old, received, streaming, state, note}
-
-/** Ask for a completion at the cursor (auto: after a pause in typing). */
-function requestSuggestion({ auto }) {
-  if (refused || !surface || !aiEnabled || !authenticated || !writable) return;
-  if (!aiAvailable()) {
-    if (!auto) aiNote(aiUnavailableText(), true);
-    return;
-  }
-  if (auto && (rewrite || !surface.hasFocus())) return;
-  // Positions must mean the same text on both sides: only when connected and in sync.
-  if (websocketProvider.status !== "connected" || !provider || !provider.isSynced) {
-    if (!auto) aiNote("not connected: suggestions need the server");
-    return;
-  }
-  const where = surface.cursor();
-  if (!where) return;
-  const id = newId("g");
-  surface.startGhost(id);
-  // No answer at all (lost on the way): drop the empty ghost quietly.
-  setTimeout(() => {
-    const ghost = surface.ghost();
-    if (ghost && ghost.id === id && lastAnsweredId !== id && !ghost.received) {
-      surface.clearGhost(true);
-      if (!auto) aiNote("no answer from the AI");
-    }
-  }, NO_ANSWER_MS);
-  send({ type: "suggest", id, kind: "complete", ...where, max_tokens: MAX_TOKENS });
-  if (!auto) aiNote("asking…");
-}
-
-const editorCtx = {
-  request: requestSuggestion,
-  rewrite: () => startRewrite(),
-  sendAccept: (id) => send({ type: "accept", id }),
-  cancel: (id) => send({ type: "cancel", id }),
-  typed() {
-    clearTimeout(pauseTimer);
-    if (surface.ghost()) return; // typing into the ghost: keep it, no new request
-    pauseTimer = setTimeout(() => {
-      if (!surface.ghost()) requestSuggestion({ auto: true });
-    }, PAUSE_MS);
-  },
-};
-
-function onStateless({ payload }) {
-  let msg;
-  try {
-    msg = JSON.parse(payload);
-  } catch {
-    return;
-  }
-  if (!msg || typeof msg !== "object" || typeof msg.type !== "string") return;
-  if (msg.type === "ai.status" && msg.id === AI_STATUS_ID) {
-    return setAiState(String(msg.state), typeof msg.reason === "string" ? msg.reason : "");
-  }
-  if (msg.type === "suggestion.error" && msg.code === "unavailable") return onUnavailable(msg);
-  const ghost = surface && surface.ghost();
-  if (ghost && msg.id === ghost.id) return onGhostMessage(msg, ghost);
-  if (rewrite && msg.id === rewrite.id) return onRewriteMessage(msg);
-  if (msg.type === "suggestion.accepted") return;
-  if (msg.type === "suggestion.error") {
-    if (msg.id === null || msg.code !== "bad_request") {
-      aiNote(`AI: ${msg.message || msg.code}`);
-    } else if (msg.code === "bad_request" && String(msg.id || "").startsWith("g")) {
-      aiNote("The text there changed; ask again.");
-    }
-  }
-}
-
-/** The model worker died under a suggestion: grey out until ai.status says ready again. */
-function onUnavailable(msg) {
-  const ghost = surface && surface.ghost();
-  if (ghost && msg.id === ghost.id) surface.clearGhost(true);
-  if (rewrite && msg.id === rewrite.id) onRewriteMessage({ ...msg, message: withoutPrefix(msg.message) });
-  // Its sticky note says why (a later ai.status replaces the state and the reason).
-  if (aiAvailable()) setAiState("starting", msg.message || "the model is restarting");
-  else aiNote(aiUnavailableText(), true);
-  // Ask again: the answer is the server's current state, so an ai.status that crossed this
-  // error on the wire cannot leave the buttons grey (one subscription per socket: harmless).
-  send({ type: "status", id: AI_STATUS_ID });
-}
-
-function onGhostMessage(msg, ghost) {
-  switch (msg.type) {
-    case "suggestion.start":
-      lastAnsweredId = ghost.id;
+/** What the editor extension reports, as this page's short notes. */
+function onAiEvent(event) {
+  switch (event.type) {
+    case "asking":
+      if (!event.auto) aiNote("asking…");
+      break;
+    case "started":
       aiEl.textContent = "";
       break;
-    case "suggestion.delta":
-      if (typeof msg.text === "string" && msg.text) surface.ghostDelta(ghost.id, msg.text);
+    case "empty":
+      aiNote("no suggestion here");
       break;
-    case "suggestion.end": {
-      // The server's junk filter dropped it ("junk:echo", ...): nothing junk was streamed, so
-      // this ends like "done" (what came before it, if anything, was clean), shows no note,
-      // and the kind goes to the console for whoever wonders why no ghost text came.
-      const junk = typeof msg.reason === "string" && msg.reason.startsWith("junk:");
-      if (junk) console.info(`tether: suggestion ${ghost.id} dropped as junk (${msg.reason.slice(5)})`);
-      if (msg.reason !== "done" && !junk && !ghost.consumed) {
-        // Cancelled by an edit at the cursor, or superseded: the server cannot accept it now.
-        surface.clearGhost(true);
-      } else {
-        surface.ghostEnded(ghost.id);
-        if (!ghost.received && msg.reason === "done") aiNote("no suggestion here");
-      }
+    case "junk":
+      // Nothing junk was shown; the kind goes to the console for whoever wonders why no ghost
+      // text came.
+      console.info(`tether: suggestion ${event.id} dropped as junk (${event.kind})`);
       break;
-    }
-    case "suggestion.error":
-      surface.clearGhost(true);
-      aiNote(`AI: ${msg.message || msg.code}`);
+    case "unavailable":
+      aiNote(aiUnavailableText(), true);
+      break;
+    case "no-selection":
+      aiNote("Select some text to rewrite.");
+      break;
+    case "error":
+      onAiError(event);
       break;
     default:
       break;
   }
+}
+
+function onAiError({ stage, error, auto }) {
+  if (error.code === "unavailable") return; // the status says it (onAiStatus)
+  if (stage === "rewrite") return; // the panel shows it
+  if (error.code === "timeout") {
+    if (!auto) aiNote("no answer from the AI");
+  } else if (error.code === "not_connected") {
+    if (!auto) aiNote("not connected: suggestions need the server");
+  } else if (stage === "accept" && error.code === "bad_request") {
+    aiNote("The text there changed; ask again.");
+  } else {
+    aiNote(`AI: ${error.message || error.code}`);
+  }
+}
+
+/** The options the editor extensions get (null: AI off on this page). */
+function aiOptions(ghostClass) {
+  if (!ai) return null;
+  return {
+    client: ai,
+    enabled: () => !refused && aiEnabled && authenticated && writable,
+    onEvent: onAiEvent,
+    onRewrite: onRewriteChange,
+    ghostClass,
+    ghostStyle: null, // editor.css styles it
+  };
 }
 
 // ---------------------------------------------------------------- rewrite panel
 
-function startRewrite() {
-  if (refused || !surface || !aiEnabled || !authenticated || !writable) return;
-  if (!aiAvailable()) {
-    aiNote(aiUnavailableText(), true);
-    return;
-  }
-  const selected = surface.selection();
-  if (!selected) {
-    aiNote("Select some text to rewrite.");
-    return;
-  }
-  if (rewrite && rewrite.streaming) send({ type: "cancel", id: rewrite.id });
-  const id = newId("r");
-  rewrite = {
-    id,
-    old: selected.old,
-    received: "",
-    streaming: true,
-    state: "streaming",
-    note: "",
-    code: "",
-    // What the server says the rewrite loses (suggestion.end's `dropped`), and whether the
-    // panel has shown it: only then may Accept confirm it.
-    dropped: [],
-    droppedShown: false,
-  };
-  surface.clearGhost(true); // superseded by this request
-  send({ type: "suggest", id, kind: "rewrite", ...selected.fields });
-  renderRewrite();
-}
-
-function onRewriteMessage(msg) {
-  switch (msg.type) {
-    case "suggestion.delta":
-      if (typeof msg.text === "string") rewrite.received += msg.text;
-      break;
-    case "suggestion.end":
-      rewrite.streaming = false;
-      takeDropped(msg);
-      if (rewrite.state === "streaming") {
-        rewrite.state = msg.reason === "done" ? "ready" : "ended";
-        if (msg.reason !== "done") rewrite.note = `stopped (${msg.reason})`;
-      } else if (rewrite.code === "confirm_required" && rewrite.dropped.length) {
-        rewrite.state = "ready"; // refused unconfirmed before the list came: now it can be
-      }
-      break;
-    case "suggestion.accepted":
-      rewrite = null;
-      aiNote("rewrite applied");
-      break;
-    case "suggestion.error":
-      rewrite.code = String(msg.code || "");
-      if (msg.code === "confirm_required") {
-        // Accepted before the panel showed what it drops: show it, then Accept confirms.
-        takeDropped(msg);
-        rewrite.state = rewrite.dropped.length ? "ready" : "error";
-        rewrite.note = rewrite.dropped.length ? "" : msg.message || "it would drop content of the original";
-        break;
-      }
-      rewrite.streaming = false;
-      rewrite.state = "error";
-      rewrite.note = msg.message || msg.code;
-      break;
-    default:
-      break;
+function onRewriteChange(session) {
+  if (session.state === "applied") {
+    if (rewrite === session) rewrite = null;
+    aiNote("rewrite applied");
+  } else if (session.state === "closed") {
+    if (rewrite === session) rewrite = null;
+  } else {
+    rewrite = session;
   }
   renderRewrite();
-}
-
-function takeDropped(msg) {
-  const dropped = droppedItems(msg.dropped);
-  if (dropped.length) {
-    rewrite.dropped = dropped;
-    rewrite.droppedShown = false; // a new list: shown by the next render
-  }
 }
 
 function acceptRewrite() {
   if (!rewrite) return;
-  const message = { type: "accept", id: rewrite.id };
   // Confirm what it drops only once the panel has shown that list (never from a shortcut).
-  if (rewrite.dropped.length) {
-    if (!rewrite.droppedShown) return;
-    message.confirm_dropped = true;
-  }
-  send(message);
-  rewrite.streaming = false;
-  rewrite.state = "accepting";
-  renderRewrite();
+  if (rewrite.needsConfirm && rewriteDroppedShown !== rewrite.dropped) return;
+  rewrite.accept({ confirmDropped: rewrite.needsConfirm });
 }
 
 function closeRewrite() {
-  if (rewrite && rewrite.streaming) send({ type: "cancel", id: rewrite.id });
+  if (rewrite) rewrite.reject();
   rewrite = null;
   renderRewrite();
 }
@@ -818,11 +681,10 @@ function renderRewrite() {
     rewritePanel.replaceChildren();
     return;
   }
-  const parts = wordDiff(rewrite.old, rewrite.received);
   const diff = h(
     "div",
     { class: "diff", id: "tether-rewrite-diff" },
-    parts.map((p) =>
+    rewrite.diff().map((p) =>
       p.op === "same" ? h("span", {}, p.text) : h(p.op === "del" ? "del" : "ins", {}, p.text),
     ),
   );
@@ -834,8 +696,7 @@ function renderRewrite() {
     ended: rewrite.note,
     error: `error: ${rewrite.note}`,
   }[rewrite.state] || "";
-  const canAccept = writable && rewrite.received.length > 0 &&
-    (rewrite.state === "streaming" || rewrite.state === "ready" || rewrite.state === "ended");
+  const canAccept = writable && rewrite.canAccept;
   const droppedEl = drops
     ? h(
         "div",
@@ -869,7 +730,8 @@ function renderRewrite() {
     ),
   );
   rewritePanel.hidden = false;
-  if (drops) rewrite.droppedShown = true; // on screen, above the diff and the Accept button
+  // On screen, above the diff and the Accept button: only now may Accept confirm it.
+  rewriteDroppedShown = drops ? rewrite.dropped : null;
   document.body.dataset.rewriteDropped = String(rewrite.dropped.length);
 }
 
@@ -893,7 +755,14 @@ async function mountEditor() {
   if (surface || refused) return;
   editorEl.dataset.kind = kind;
   document.body.dataset.editor = kind;
-  const ctx = { ...editorCtx, ydoc, provider, awareness: provider.awareness, user, field: RICH_FIELD };
+  const ctx = {
+    ydoc,
+    provider,
+    awareness: provider.awareness,
+    user,
+    field: RICH_FIELD,
+    ai: aiOptions(kind === "rich" ? "tt-ghost" : "cm-ghost"),
+  };
   surface = kind === "rich" ? module.mountRich(editorEl, ctx) : module.mountPlain(editorEl, ctx);
   // Offline, before the server says: editable where the last grant was read-write (the
   // server refuses the edits later if that changed, and the page says so).
@@ -904,12 +773,16 @@ async function mountEditor() {
 
 
 suggestButton.addEventListener("click", () => {
-  if (!surface) return;
+  const suggestions = surface && surface.suggestions();
+  if (!suggestions) return;
   surface.focus();
-  requestSuggestion({ auto: false });
+  suggestions.request({ auto: false });
 });
 rewriteButton.addEventListener("mousedown", (e) => e.preventDefault()); // keep the selection
-rewriteButton.addEventListener("click", () => startRewrite());
+rewriteButton.addEventListener("click", () => {
+  const suggestions = surface && surface.suggestions();
+  if (suggestions) suggestions.rewrite();
+});
 
 nameInput.addEventListener("change", () => {
   rememberName(nameInput.value);
