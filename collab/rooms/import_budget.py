@@ -1,9 +1,10 @@
-"""The memory the Markdown imports in flight may take together, process-wide: each import is
-charged the most it can take before it starts (``estimate``, from its size and the node cap),
-imports that do not fit wait a little in arrival order, then are refused (``ImportBusy``: REST
-answers 503 with ``Retry-After``). An import whose worst case alone is over the budget still
-runs when nothing else is in flight, so every import the size limits allow can be made. Knows
-nothing of HTTP; loop side only (one budget per event loop, as the worker pools are).
+"""The memory the imports in flight (Markdown, ProseMirror JSON, HTML) may take together,
+process-wide: each import is charged the most it can take before it starts (``estimate``,
+``estimate_tree``: from its size and the node cap), imports that do not fit wait a little in
+arrival order, then are refused (``ImportBusy``: REST answers 503 with ``Retry-After``). An
+import whose worst case alone is over the budget still runs when nothing else is in flight, so
+every import the size limits allow can be made. Knows nothing of HTTP; loop side only (one
+budget per event loop, as the worker pools are).
 
 Why: one 512 KiB Markdown body of empty list items took +350 MB of server memory, three at
 once +1.2 GB (issue 37). What an import holds at its peak (measured on the real server, RSS,
@@ -43,6 +44,22 @@ def estimate(markdown_bytes: int, max_nodes: int) -> int:
     by_size = PER_BYTE * markdown_bytes
     by_cap = PARSE_PER_BYTE * markdown_bytes + PER_NODE * max_nodes
     return BASE + min(by_size, by_cap)
+
+
+# ProseMirror JSON and HTML bodies (collab.content.prosemirror_json, html_in): the JSON's
+# values take up to 25 bytes per byte of it while they are read (a list of one-key objects,
+# measured with tracemalloc; a document's usual shapes take 9-13), HTML is read as a stream;
+# then each node costs what a Markdown import's does. A node takes at least this many bytes
+# of its body (``{"type":"a"},``; ``<p>``), which bounds the nodes a body can make.
+TREE_PER_BYTE = {"json": 26, "html": 4}
+TREE_NODE_BYTES = {"json": 13, "html": 3}
+
+
+def estimate_tree(kind: str, body_bytes: int, max_nodes: int) -> int:
+    """The most memory importing a ProseMirror JSON ("json") or HTML ("html") body of
+    ``body_bytes`` bytes can take."""
+    nodes = min(max_nodes, body_bytes // TREE_NODE_BYTES[kind] + 1)
+    return BASE + TREE_PER_BYTE[kind] * body_bytes + PER_NODE * nodes
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from pycrdt import Doc
 
+from ..content.prosemirror_json import render_prosemirror
 from ..content.reading import Content
 from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
@@ -37,7 +38,7 @@ from .document_edits import content_of_state
 if TYPE_CHECKING:
     from .room import Room
 
-FORMATS = ("json", "text", "markdown", "html")
+FORMATS = ("json", "text", "markdown", "html", "prosemirror")
 
 # What a kept render costs beyond its body (its key, the entry, the dict's slot).
 _ENTRY_BYTES = 256
@@ -51,7 +52,8 @@ _ROOM_STATES = 4096
 @dataclass(frozen=True, slots=True)
 class Rendered:
     kind: str  # "rich" or "plain" (collab.content.reading)
-    # UTF-8: the text, Markdown or HTML; for "json", the text as a JSON string literal.
+    # UTF-8: the text, Markdown or HTML; for "json", the text as a JSON string literal; for
+    # "prosemirror", the tree as ProseMirror JSON (collab.content.prosemirror_json).
     body: bytes
 
 
@@ -191,6 +193,8 @@ def _render(content: Content, export: str) -> Rendered:
         return Rendered(content.kind, content.markdown().encode())
     if export == "html":
         return Rendered(content.kind, content.html().encode())
+    if export == "prosemirror":
+        return Rendered(content.kind, render_prosemirror(content))
     return Rendered(content.kind, content.text().encode())
 
 
