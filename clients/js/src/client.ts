@@ -34,6 +34,9 @@ export interface StatelessProvider {
   /** "read-write" | "readonly" once authenticated. */
   authorizedScope?: string;
   configuration?: { websocketProvider?: { status?: string } };
+  /** Hocuspocus 4 with `flushDelay` buffers document updates: sent before a request, so the
+   * server has the text its positions name. */
+  flushPendingUpdates?: () => void;
 }
 
 export interface ClientOptions {
@@ -394,6 +397,7 @@ export class TetherAI extends Emitter<ClientEvents> {
 
   private send(message: ClientMessage): void {
     if (this.destroyed) return;
+    if (message.type === "suggest" || message.type === "accept") this.provider.flushPendingUpdates?.();
     // Looked up at each send: a host (or a test) may wrap the provider's method.
     this.provider.sendStateless(encode(message));
   }
