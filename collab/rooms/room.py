@@ -42,6 +42,7 @@ from ..storage.compaction import LogSize
 from ..storage.store import Store
 from ..updates.guard import (
     MissingDependencies,
+    Spend,
     UpdateGuard,
     UpdateRefused,
     check_applied_origin_order,
@@ -339,13 +340,15 @@ class Room:
     async def _apply_each_slice(self, origin: object, sliced: SlicedUpdate) -> None:
         """Each slice checked, applied and admitted as an update of its own, the loop free
         between them. One refused after others were applied leaves part of the update in the
-        document, which is then rebuilt from storage (nothing of it was broadcast or stored)."""
+        document, which is then rebuilt from storage (nothing of it was broadcast or stored).
+        The budgets meant per update (cuts, walks) are shared by its slices: ``spent``."""
         applied = False
+        spent = Spend()
         turn = time.perf_counter()
         try:
             for piece, scan in sliced.slices:
-                parents = self.guard.check(scan)
-                pairs = check_origin_order(self.doc, scan, self.guard)
+                parents = self.guard.check(scan, spent=spent)
+                pairs = check_origin_order(self.doc, scan, self.guard, spent)
                 applied = True
                 apply_update(self.doc, piece, origin=origin, layers=[piece])  # in order already
                 if pairs:

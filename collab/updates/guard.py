@@ -28,6 +28,12 @@ or stored when
   out, however the update is sliced (106 ms at 458,000 keys, 380 ms near a million).
   Documents read back from storage are not held to these, so one stored before them loads.
 
+A big update is checked in slices (``collab.updates.slicing``), each against the document as
+the slices before it left it. Budgets that bound what the document becomes (nesting depth,
+clients, root types, map keys) carry from slice to slice through what was admitted. Budgets on
+what one update may cost (its cuts, their count, its walks) do not: smaller slices would each fit
+under a budget the whole update exceeds, so the slices of one update share a ``Spend``.
+
 Knows nothing of sockets or storage. ``check`` is pure with respect to the guard; ``admit`` records
 an update once pycrdt has applied it (every change to the document must be admitted, the server's
 own edits included, or later updates that build on them look like missing dependencies).
@@ -37,13 +43,13 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections.abc import Iterable
+from dataclasses import dataclass
 
 from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
 from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
 
-from .item_cuts import DEFAULT_MAX_CUT_COST, ItemCuts
+from .item_cuts import DEFAULT_MAX_CUT_COST, MAX_CUTS, ItemCuts
 from .sequence_order import Chains, OrderFacts, RightOrigins
 from .yrs_panics import is_rust_panic
 
@@ -61,6 +67,7 @@ DEFAULT_MAX_CLIENTS = 1 << 18
 # document size (an honest keystroke has at most one pair), and more only while their count
 # times the document's blocks stays under MAX_WALKED_BLOCKS (about 50 ms). History settles
 # every pair of an honest burst of 2,000 offline edits (tests/collab/test_sequence_order.py).
+# Both per update: a sliced update's slices share them (``Spend``).
 FREE_WALKS = 4
 MAX_WALKED_BLOCKS = 4_000_000
 # A stored update is checked against this many times the live budget for cuts: the estimate
@@ -85,6 +92,20 @@ class MissingDependencies(UpdateRefused):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, "missing-dependencies")
+
+
+@dataclass(slots=True)
+class Spend:
+    """What the slices of one update checked so far have used of the budgets that are per
+    update, not per document: the cost of its cuts and their count (``max_cut_cost``,
+    ``item_cuts.MAX_CUTS``) and its walks (``FREE_WALKS``, ``MAX_WALKED_BLOCKS``). A slice is
+    priced against what the slices before it left, so an update refused whole is refused sliced,
+    however finely; only a check that passes adds to it."""
+
+    cut_cost: int = 0  # in ``item_cuts`` units
+    cuts: int = 0
+    walks: int = 0  # items whose place was read off the document
+    walked_blocks: int = 0  # each walk times the blocks the document had then
 
 
 class _Runs:
@@ -137,10 +158,14 @@ class UpdateGuard:
         self.chains = Chains()
         self.rights = RightOrigins()
 
-    def check(self, scan: ScannedUpdate, *, stored: bool = False) -> dict[int, Parent]:
+    def check(
+        self, scan: ScannedUpdate, *, stored: bool = False, spent: Spend | None = None
+    ) -> dict[int, Parent]:
         """Raise ``UpdateRefused`` if ``scan`` may not be applied; else return the parent of each
         new item (by index in ``scan.items``) for ``admit``. ``stored``: read back from storage,
-        where the budget for cuts is ``STORED_CUT_COST_FACTOR`` times larger."""
+        where the budget for cuts is ``STORED_CUT_COST_FACTOR`` times larger. ``spent``: ``scan``
+        is one slice of an update, whose slices before it used that much of the budgets per
+        update; it is added to once this slice passes (nothing else here changes)."""
         known = self._known
         for client, start in scan.starts.items():
             if start > known.get(client, 0):
@@ -155,13 +180,21 @@ class UpdateGuard:
             if clock + length > max(known.get(client, 0), scan.ends.get(client, 0)):
                 raise MissingDependencies("update refused: it deletes structs this document lacks")
         self._check_character_boundaries(scan)
-        self._check_cut_cost(scan, STORED_CUT_COST_FACTOR if stored else 1)
+        # Per update (``Spend``): what yrs would spend cutting items for this update.
+        cut_cost, cuts = self._check_cut_cost(scan, STORED_CUT_COST_FACTOR if stored else 1, spent)
+        # Per document, cumulative through what earlier slices admitted: nesting depth (each
+        # type's depth is recorded as it is admitted) and the table sizes below.
         parents = _Resolver(self, scan).resolve_all()
         if not stored:
             self._check_table_sizes(scan, parents)
+        if spent is not None:
+            spent.cut_cost += cut_cost
+            spent.cuts += cuts
         return parents
 
     def _check_table_sizes(self, scan: ScannedUpdate, parents: dict[int, Parent]) -> None:
+        # Sizes of the document, not of one update: ``admit`` counts each slice's clients, roots
+        # and keys in, so the next slice is held to what the document holds by then.
         roots, known = self._roots, self._known
         fresh_clients = sum(1 for client in scan.starts if client not in known)
         if fresh_clients and len(known) + fresh_clients > self.max_clients:
@@ -190,14 +223,22 @@ class UpdateGuard:
                     f"update refused: a map holds at most {self.max_map_keys} keys", "map-keys"
                 )
 
-    def _check_cut_cost(self, scan: ScannedUpdate, factor: int) -> None:
-        budget = self.max_cut_cost * factor
-        if self.cuts.cost(scan, self._known, budget) > budget:
+    def _check_cut_cost(
+        self, scan: ScannedUpdate, factor: int, spent: Spend | None
+    ) -> tuple[int, int]:
+        """The cost and count of ``scan``'s cuts, refused past what the update (of which it may
+        be a slice, ``spent`` the slices before it) has left of the budget and of ``MAX_CUTS``."""
+        budget, max_cuts = self.max_cut_cost * factor, MAX_CUTS
+        if spent is not None:
+            budget, max_cuts = budget - spent.cut_cost, max_cuts - spent.cuts
+        cost, cuts = self.cuts.priced(scan, self._known, budget, max_cuts)
+        if cost > budget:
             raise UpdateRefused(
                 "update refused: it cuts this document's text into too many pieces at once"
                 " (yrs would hold the server for too long); send it in parts",
                 "item-cuts",
             )
+        return cost, cuts
 
     def _check_character_boundaries(self, scan: ScannedUpdate) -> None:
         fresh: dict[int, tuple[list[int], list[tuple[int, ...]]]] = {}
@@ -454,9 +495,13 @@ def _starts_pair(
     return found < len(pairs) and pairs[found] == offset
 
 
-def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> list[OriginPair]:
+def check_origin_order(
+    doc: Doc, scan: ScannedUpdate, guard: UpdateGuard, spent: Spend | None = None
+) -> list[OriginPair]:
     """Refuse an item whose right origin is not to the right of its origin; return the pairs
     that involve this update's own items, for ``check_applied_origin_order`` once it is applied.
+    ``spent``: ``scan`` is one slice of an update, and the walks are priced with those of the
+    slices before it (the budget is per update); added to once this slice passes.
 
     Yjs's conflict resolution assumes the right origin is right of the origin (a client takes
     both from adjacent items). When it is not, yrs integrates the item in one place live and in
@@ -473,6 +518,7 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
     known: list[OriginPair] = []
     later: list[OriginPair] = []
     asked: set[ID] = set()  # the items of ``known``: each a walk of the document
+    walked_before = 0 if spent is None else spent.walks
     facts: OrderFacts | None = None
     shown: set[int] = set()  # this update's items whose own pair is shown in order already
     for position, item in enumerate(scan.items):
@@ -492,13 +538,15 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
         if guard.knows(origin) and guard.knows(right):
             known.append((origin, right))
             asked.update((origin, right))
-            if len(asked) > FREE_WALKS:
-                _bound_walks(guard, asked, ())  # refused early, not after pricing every pair
+            if walked_before + len(asked) > FREE_WALKS:
+                _bound_walks(guard, len(asked), spent)  # refused early, not after every pair
         else:
             later.append((origin, right))
     later = _not_shown(later, shown, scan)
+    walks = 0
     if asked or later:
-        _bound_walks(guard, asked, later)
+        walks = len(asked.union(ident for pair in later for ident in pair))
+        _bound_walks(guard, walks, spent)
     undecided: list[OriginPair] = []
     if known:
         undecided = _check_pairs(doc, known, unplaceable_is_inconsistent=True)
@@ -514,6 +562,9 @@ def check_origin_order(doc: Doc, scan: ScannedUpdate, guard: UpdateGuard) -> lis
                 and (item.origin, item.right_origin) not in unseen
             )
             later = _not_shown(later, shown, scan)
+    if spent is not None:
+        spent.walks += walks
+        spent.walked_blocks += walks * (guard.cuts.total + 1)
     # Pairs the walk cannot order now (two deleted items, nothing visible between) are asked
     # again once this update's own items are in: they may show the order then.
     return later + undecided
@@ -540,11 +591,14 @@ def _not_shown(later: list[OriginPair], shown: set[int], scan: ScannedUpdate) ->
     ]
 
 
-def _bound_walks(guard: UpdateGuard, asked: set[ID], later: Iterable[OriginPair]) -> None:
+def _bound_walks(guard: UpdateGuard, walks: int, spent: Spend | None) -> None:
     """Refuse an update whose pairs history cannot order would have yrs walk the document too
-    many times: each distinct item asked costs a walk of up to every block of the document."""
-    walks = len(asked.union(ident for pair in later for ident in pair))
-    if walks > FREE_WALKS and walks * (guard.cuts.total + 1) > MAX_WALKED_BLOCKS:
+    many times: each distinct item asked costs a walk of up to every block of the document.
+    ``walks`` are this slice's; ``spent``, the walks of the update's slices before it."""
+    blocks = walks * (guard.cuts.total + 1)
+    if spent is not None:
+        walks, blocks = walks + spent.walks, blocks + spent.walked_blocks
+    if walks > FREE_WALKS and blocks > MAX_WALKED_BLOCKS:
         raise UpdateRefused(
             f"update refused: the order of {walks} of its items' neighbours cannot be told from"
             " this document's history, and reading it off the document would take too long",

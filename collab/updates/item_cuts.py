@@ -68,6 +68,14 @@ class ItemCuts:
         """What applying ``scan`` would cost yrs in cutting items (see the module docstring),
         given ``known`` (client → one past its last clock the document has); counting stops
         once it passes ``budget``."""
+        return self.priced(scan, known, budget)[0]
+
+    def priced(
+        self, scan: ScannedUpdate, known: dict[int, int], budget: int, max_cuts: int = MAX_CUTS
+    ) -> tuple[int, int]:
+        """``cost`` and how many cuts it counted; past ``budget`` or ``max_cuts`` the cost is
+        over ``budget`` and counting stops. A slice of a bigger update is priced with what the
+        slices before it left of both (``collab.updates.guard.Spend``)."""
         fresh: _FreshItems | None = None
         items: dict[tuple[int, int], _CutItem] = {}
         total = cuts = 0
@@ -87,13 +95,13 @@ class ItemCuts:
                 if item is not None:
                     item.add(clock, cutter)
                     cuts += 1
-            if total > budget or cuts > MAX_CUTS:
-                return max(total, budget + 1)
+            if total > budget or cuts > max_cuts:
+                return max(total, budget + 1), cuts
         for cut in items.values():
             total += cut.cost()
             if total > budget:
                 break
-        return total
+        return total, cuts
 
     def _item_at(
         self, client: int, clock: int, end: int, items: dict[tuple[int, int], _CutItem]

@@ -4,9 +4,11 @@ the document checked first; pure, run in a worker thread. Knows nothing of rooms
 Why: the guard's Python per struct (about 7 µs: its checks, then what ``admit`` records) and
 yrs' apply (about 0.08 µs per byte, holding the GIL, so a thread does not help) are linear, but
 a frame may hold 16 MiB of structs: one update of a million map entries held the loop 4-7 s.
-Cut into slices of a few thousand structs in dependency order (``protocol.update_order``), each
-slice is checked, applied and admitted as an update of its own, and the loop runs other rooms
-between slices (``collab.rooms.room``).
+Cut into slices of about a thousand structs in dependency order (``protocol.update_order``),
+each slice is checked, applied and admitted as an update of its own, and the loop runs other
+rooms between slices (``collab.rooms.room``). What the guard allows one update to cost (its cuts,
+their count, its walks) is shared by its slices (``collab.updates.guard.Spend``): cut finer, an
+update the guard refuses whole would otherwise pass slice by slice.
 
 Slices change where a failure shows: slice 7 refused after six applied leaves the document
 holding part of the update, as a failed apply does, and the room rebuilds it from storage. So
@@ -23,9 +25,18 @@ from tether.protocol.update_scan import ScannedUpdate, scan_update
 
 from .reading import ReadUpdate
 
-# A slice's work on the loop: about 30 ms of guard and yrs for structs, 20 ms for bytes.
-SLICE_STRUCTS = 4096
-SLICE_BYTES = 256 * 1024
+# A slice's work on the loop: about 8 ms of guard and yrs for structs (measured 33 ms at 4,096,
+# doubled or more while another thread runs Python, e.g. an import's parse), 5 ms for bytes.
+# The budgets meant per update hold across its slices however small (``guard.Spend``).
+SLICE_STRUCTS = 1024
+SLICE_BYTES = 64 * 1024
+# Up to this much an update is applied whole: slicing it costs a thread hop and a re-encode.
+WHOLE_STRUCTS = 4096
+WHOLE_BYTES = 1024 * 1024
+# A stored update is loaded in a worker thread, where slices only let the loop have the GIL
+# between yrs' applies: a larger slice, fewer re-encodes.
+LOAD_STRUCTS = 4096
+LOAD_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,9 +46,9 @@ class SlicedUpdate:
 
 
 def wants_slices(update: bytes, scan: ScannedUpdate) -> bool:
-    """Whether applying ``update`` whole could hold the loop past one slice's work."""
+    """Whether applying ``update`` whole could hold the loop past a few slices' work."""
     structs = len(scan.items) + len(scan.ranges) + len(scan.deletes)
-    return structs > SLICE_STRUCTS or (structs > 1 and len(update) > 4 * SLICE_BYTES)
+    return structs > WHOLE_STRUCTS or (structs > 1 and len(update) > WHOLE_BYTES)
 
 
 def slice_update(update: bytes, scan: ScannedUpdate) -> SlicedUpdate | None:
@@ -56,7 +67,7 @@ def load_slices(update: bytes) -> list[bytes] | None:
     """A stored update's slices, for a load (in a worker thread, where the document is new and
     nobody else's: no hold, no checks between them); None to apply it whole."""
     try:
-        return in_slices(update, SLICE_STRUCTS, SLICE_BYTES)
+        return in_slices(update, LOAD_STRUCTS, LOAD_BYTES)
     except Exception:
         return None
 
