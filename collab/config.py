@@ -150,6 +150,18 @@ class Settings:
     max_import_nodes: int = 300_000
     import_memory_budget: int = 1024 * 1024 * 1024
     import_budget_wait: float = 2.0
+    # An HTML body (PUT text/html) is read in a worker thread at about 1 µs a byte; a
+    # ProseMirror JSON body (application/json) is bounded by max_frame_bytes, read at 3-10 MB/s.
+    # Both are capped by max_import_nodes and charged to import_memory_budget, as Markdown is.
+    max_html_bytes: int = 2 * 1024 * 1024
+    # Requests to the REST API (/api/documents, /api/versions, /api/restore, /api/duplicate)
+    # per client address (IPv6 per /64; behind a proxy, the address forwarded_allow_ips
+    # trusts it to name): on average rest_rate_limit per rest_rate_window seconds, in bursts
+    # of up to rest_rate_burst (0: rest_rate_limit), as Tiptap Cloud allows; past it, 429 with
+    # Retry-After. 0: no limit.
+    rest_rate_limit: int = 100
+    rest_rate_window: float = 5.0
+    rest_rate_burst: int = 200
     # Worker threads per concern, and the REST requests each may have waiting beyond them
     # (collab.runtime.pools): past that a request is refused (503 with Retry-After), so a flood
     # of one kind never delays another's reads, loads or opens. Socket-path work is never
@@ -477,8 +489,10 @@ POSITIVE = frozenset(
         "presence_claims",
         "presence_claims_per_subject",
         "max_markdown_bytes",
+        "max_html_bytes",
         "max_import_nodes",
         "import_memory_budget",
+        "rest_rate_window",
         "max_map_keys",
         "max_root_types",
         "max_clients_per_document",
@@ -564,6 +578,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 SIZES: dict[str, str] = {
     "max_frame_bytes": "B",
     "max_markdown_bytes": "B",
+    "max_html_bytes": "B",
     "import_memory_budget": "B",
     "render_cache_bytes": "B",
     "max_outgoing_message_bytes": "B",

@@ -76,6 +76,19 @@ GROUPS: tuple[Group, ...] = (
                 "connections that have not sent their headers yet, in all (0: no limit)",
             ),
             (
+                "rest_rate_limit",
+                "N",
+                "REST API requests per client address per --rest-rate-window, on average"
+                " (0: no limit); past it, 429 with Retry-After",
+            ),
+            ("rest_rate_window", "SECONDS", "the window --rest-rate-limit counts in"),
+            (
+                "rest_rate_burst",
+                "N",
+                "REST API requests one address may make at once before the average holds"
+                " (0: --rest-rate-limit)",
+            ),
+            (
                 "forwarded_allow_ips",
                 "IPS",
                 "reverse proxies whose X-Forwarded-For/-Proto are trusted (IPs or CIDRs, comma-"
@@ -234,15 +247,21 @@ GROUPS: tuple[Group, ...] = (
                 "largest Markdown body a REST PUT imports into a rich document",
             ),
             (
+                "max_html_bytes",
+                "SIZE",
+                "largest HTML body a REST PUT imports into a rich document",
+            ),
+            (
                 "max_import_nodes",
                 "N",
-                "tree nodes (elements, runs of text) one Markdown import may make; more: 422",
+                "tree nodes (elements, runs of text) one Markdown, HTML or ProseMirror JSON"
+                " import may make; more: 422",
             ),
             (
                 "import_memory_budget",
                 "SIZE",
-                "memory the Markdown imports in flight may take together, each charged its"
-                " worst case before it starts",
+                "memory the imports in flight (Markdown, HTML, JSON) may take together, each"
+                " charged its worst case before it starts",
             ),
             (
                 "import_budget_wait",

@@ -7,8 +7,9 @@ session, a stored log) and yields the strike, a coroutine function that sends th
 returns what became of it ("applied", "closed 1002: ...", "HTTP 410: ..."); leaving it closes
 every socket it opened. Sizes are the issue's, times ``scale``. Knows nothing of the bystanders.
 
-``build_attacks`` lists these and issue 37's (rich text, Markdown, AI and model servers:
-``rich_attacks``, ``ai_attacks``, ``upstream_attacks``).
+``build_attacks`` lists these, issue 37's (rich text, Markdown, AI and model servers:
+``rich_attacks``, ``ai_attacks``, ``upstream_attacks``) and issue 39's (hostile ProseMirror JSON
+and HTML: ``tree_attacks``).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from tether.protocol.messages import PING_FRAME
 from .ai_attacks import ai_attacks
 from .attack_base import Attack, Strike
 from .launcher import ServerProcess
-from .rich_attacks import rich_attacks
+from .rich_attacks import rich_attacks, tree_attacks
 from .shape_updates import Shape, backwards_pairs, fragmenting_deletes, unmerged_run
 from .upstream_attacks import upstream_attacks
 from .wire_editor import EditorClosed, WireEditor
@@ -50,12 +51,13 @@ _FRESH_PROBES = 5
 
 
 def build_attacks(scale: float) -> list[Attack]:
-    """Every attack: issue 26's stalls, then issue 37's."""
+    """Every attack: issue 26's stalls, then issue 37's, then issue 39's."""
     return [
         *stall_attacks(scale),
         *rich_attacks(scale),
         *ai_attacks(scale),
         *upstream_attacks(scale),
+        *tree_attacks(scale),
     ]
 
 

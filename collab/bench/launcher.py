@@ -121,6 +121,9 @@ class ServerProcess:
             # embedder costs ~11 s of start-up CPU: only the tests about them turn them on.
             TETHER_AI_SEMANTIC="off",
             TETHER_AI_PREFETCH_MS="0",
+            # Tests and benchmarks send REST requests from one address as fast as they can;
+            # the tests of the rate limit ask for it.
+            TETHER_REST_RATE_LIMIT="0",
         )
         for key, value in self.settings.items():
             env["TETHER_" + key.upper()] = str(value)

@@ -2,6 +2,9 @@
 starve other readers (``markdown-runs``) or hold memory (``markdown-lists``), renders of a
 50,000-paragraph document on the event loop (``render-*``), and content a Markdown import or
 export loses or makes unsafe (``markdown-nesting``, ``markdown-export-xss``, ``attr-nan``).
+And issue 39's hostile trees for the ProseMirror JSON and HTML imports (``tree_attacks``): a
+JSON document nested 100,000 deep (``json-deep``), one of 300,000 empty paragraphs
+(``json-empty-nodes``), HTML of 100,000 nested tags (``html-nested``).
 
 Each drives the server through its REST API and ``/ws`` only, as ``collab.bench.attack_kinds``
 does, so an old checkout is attacked the same way. Figures a strike measures besides the
@@ -48,6 +51,78 @@ RICH_DOC = "rich-big"
 # aim, not a test's synchronisation.
 _PROBE_DELAY = 0.3
 _UNLOAD_WAIT = 30.0  # the unload grace is 5 s
+
+
+TREE_ISSUE = 39
+TREE_DEPTH = 100_000  # levels of a JSON document nested as quotes
+EMPTY_NODES = 300_000  # empty paragraphs: as many nodes as max_import_nodes allows
+HTML_TAGS = 100_000  # nested tags, every one read (block and inline elements that nest freely)
+
+
+def tree_attacks(scale: float) -> list[Attack]:
+    """Issue 39's hostile ProseMirror JSON and HTML bodies, each PUT once."""
+
+    def sized(n: int) -> int:
+        return max(1, round(n * scale))
+
+    deep = deep_json(sized(TREE_DEPTH))
+    empty = empty_paragraphs_json(sized(EMPTY_NODES))
+    nested = nested_html(sized(HTML_TAGS))
+    return [
+        Attack(
+            "json-deep",
+            2,
+            len(deep),
+            partial(tree_import, "json-deep", deep, "application/json"),
+            issue=TREE_ISSUE,
+        ),
+        Attack(
+            "json-empty-nodes",
+            2,
+            len(empty),
+            partial(tree_import, "json-empty", empty, "application/json"),
+            issue=TREE_ISSUE,
+        ),
+        Attack(
+            "html-nested",
+            2,
+            len(nested),
+            partial(tree_import, "html-nested", nested, "text/html"),
+            issue=TREE_ISSUE,
+        ),
+    ]
+
+
+def deep_json(depth: int) -> bytes:
+    """A ProseMirror document of quotes nested ``depth`` deep around one paragraph."""
+    opening = b'{"type":"blockquote","content":[' * depth
+    inner = b'{"type":"paragraph","content":[{"type":"text","text":"innermost"}]}'
+    return b'{"type":"doc","content":[' + opening + inner + b"]}" * depth + b"]}"
+
+
+def empty_paragraphs_json(count: int) -> bytes:
+    return b'{"type":"doc","content":[' + b",".join([b'{"type":"paragraph"}'] * count) + b"]}"
+
+
+def nested_html(tags: int) -> bytes:
+    """``tags`` nested elements (divs and spans, which nest without bound in HTML), then text."""
+    return b"<div><span>" * (tags // 2) + b"text at the bottom" + b"</span></div>" * (tags // 2)
+
+
+@asynccontextmanager
+async def tree_import(
+    name: str, body: bytes, kind: str, server: ServerProcess, timeout: float
+) -> AsyncIterator[Strike]:
+    """One PUT of ``body`` as ``kind`` into a document of its own: its answer and time."""
+    token = server.token([name])
+
+    async def strike(it: FiguredStrike) -> str:
+        async with httpx.AsyncClient(base_url=server.http_url, timeout=2 * timeout) as http:
+            reply = await it.time("put_ms", put(http, name, body, kind, token))
+        it.figures["status"] = reply.status_code
+        return status_of(reply)[:100]
+
+    yield FiguredStrike(strike)
 
 
 def rich_attacks(scale: float) -> list[Attack]:

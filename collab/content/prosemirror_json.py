@@ -168,18 +168,24 @@ def _text(run: Run, out: list[str]) -> None:
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _whole(value: Any) -> Any:
-    """yrs keeps JSON numbers as floats: whole ones are integers again, at any depth."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list):
+    """An attribute's value as JSON: yrs keeps JSON numbers as floats, so whole ones are
+    integers again, at any depth; what JSON cannot hold (NaN, the infinities, binary a peer
+    stored) is null, as JavaScript's ``JSON.stringify`` writes NaN."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return None
+        return int(value) if value.is_integer() else value
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, list | tuple):
         return [_whole(item) for item in value]
     if isinstance(value, Mapping):
-        return {key: _whole(item) for key, item in value.items()}
-    return value
+        return {str(key): _whole(item) for key, item in value.items()}
+    return None
 
 
 # ---- in ------------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""The document endpoints of the REST API: read and export, import, delete, named versions.
+"""The document endpoints of the REST API: read and export, import, patch, duplicate, delete, named
+versions; shaped after Tiptap Cloud's document API where that makes sense (``?format=json`` is the
+ProseMirror tree, ``PATCH`` with ``format=json|binary|base64``, a request rate per address).
 
 ``TetherServer.routes()`` mounts ``DocumentsApi.routes()`` (the listing too); each handler checks
 the token and the name, then hands the work to the room manager, the store and ``document_edits``.
 Readers use ``RoomManager.visit``, so REST never pins a document loaded (issue 10, item 9), and an
 unknown name is never loaded at all. Names are checked by the rule /ws applies
-(``valid_document_name``).
+(``valid_document_name``). Every request first passes the rate per client address
+(``collab.http.rate_limit``): past it, 429 with ``Retry-After``.
 
 "Unknown" (404): not in the store, and not loaded with content (an editor's first edit is in
 memory before its append commits). A name an editor has open but never edited is unknown too:
@@ -14,9 +17,12 @@ there is nothing to read, export or delete yet.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import json
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -28,7 +34,9 @@ from ..auth.tokens import Grant
 from ..connection.context import MAX_DOCUMENT_NAME, ServerContext, valid_document_name
 from ..rooms.document_edits import (
     ImportRefused,
+    Placement,
     RestOrigin,
+    TreeBody,
     content_of_state,
     import_update,
     set_text,
@@ -37,17 +45,27 @@ from ..rooms.document_edits import (
 from ..rooms.import_budget import ImportBusy
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.renders import Rendered, Renders
-from ..rooms.room import RoomClosed
+from ..rooms.room import Room, RoomClosed
 from ..runtime import pools
 from ..runtime.pools import PoolFull
 from ..storage.store import StorageError, VersionInfo
 from .numbers import parse_counter, valid_id
+from .rate_limit import RequestRate
 
 log = logging.getLogger("tether.rest")
 
 DELETED_REASON = "document deleted"
-FORMATS = ("json", "text", "markdown", "html", "yjs")
-IMPORTS = ("application/octet-stream", "text/markdown", "text/plain")
+# "info" ({name, kind, text, peers}) is what a GET without ?format= answers, as before the
+# tree came; "json" is the ProseMirror tree, as Tiptap Cloud answers it.
+FORMATS = ("info", "json", "text", "markdown", "html", "yjs")
+IMPORTS = (
+    "application/octet-stream",
+    "application/json",
+    "text/html",
+    "text/markdown",
+    "text/plain",
+)
+PATCH_FORMATS = ("json", "binary", "base64")
 MAX_LABEL_CHARS = 200
 LIST_LIMIT = 1000
 _EMPTY_STATE = b"\x00"  # the state vector of a document with nothing in it
@@ -69,19 +87,62 @@ class DocumentsApi:
         self._grant_of = grant_of
         self._renders = renders  # shared with webhooks by TetherServer; else made on first use
         self._version_lock = asyncio.Lock()  # count check + add, one at a time (rare writes)
+        self._duplicate_lock = asyncio.Lock()  # "does the copy's name exist" + the copy
         self._logged: set[tuple[str, str]] = set()  # (address, limit): each logged once
+        self._rate: RequestRate | None = None
 
     def routes(self) -> list[Route]:
+        limited = self._limited
         return [
-            Route("/api/documents", self.list_documents),
-            Route("/api/versions/{name:path}", self.versions, methods=["GET", "POST"]),
-            Route("/api/restore/{name:path}", self.restore, methods=["POST"]),
+            Route("/api/documents", limited(self.list_documents)),
+            Route(
+                "/api/versions/{name:path}",
+                limited(self.versions),
+                methods=["GET", "POST", "DELETE"],
+            ),
+            Route("/api/restore/{name:path}", limited(self.restore), methods=["POST"]),
+            Route("/api/duplicate/{name:path}", limited(self.duplicate), methods=["POST"]),
             Route(
                 "/api/documents/{name:path}",
-                self.document,
-                methods=["GET", "PUT", "POST", "DELETE"],
+                limited(self.document),
+                methods=["GET", "PUT", "POST", "PATCH", "DELETE"],
             ),
         ]
+
+    def _limited(
+        self, handler: Callable[[Request], Awaitable[Response]]
+    ) -> Callable[[Request], Awaitable[Response]]:
+        async def limited(request: Request) -> Response:
+            refusal = self._rate_refusal(request)
+            return refusal if refusal is not None else await handler(request)
+
+        return limited
+
+    def _rate_refusal(self, request: Request) -> Response | None:
+        """429 with Retry-After when the client's address has made its requests for now."""
+        ctx = self._context()
+        settings = ctx.settings
+        rate = self._rate
+        if rate is None or (rate.limit, rate.window) != (
+            settings.rest_rate_limit,
+            settings.rest_rate_window,
+        ):
+            rate = self._rate = RequestRate(
+                settings.rest_rate_limit, settings.rest_rate_window, settings.rest_rate_burst
+            )
+        address = request.client.host if request.client else "unknown"
+        wait = rate.wait(address, time.monotonic())
+        if not wait:
+            return None
+        ctx.metrics.limit_refusals.labels("rest_rate_limit").inc()
+        self._log_once(request, "rest_rate_limit", "refused REST requests past the rate")
+        reply = _error(
+            429,
+            f"too many requests from your address: {rate.limit} per {rate.window:g} s"
+            f" (rest_rate_limit); try again in {wait} s",
+        )
+        reply.headers["Retry-After"] = str(wait)
+        return reply
 
     # ---- /api/documents ------------------------------------------------------------------------
 
@@ -124,13 +185,15 @@ class DocumentsApi:
             return await self.read(request)
         if request.method == "DELETE":
             return await self.delete(request)
+        if request.method == "PATCH":
+            return await self.patch(request)
         return await self.import_(request)
 
     async def read(self, request: Request) -> Response:
         name, refusal = await self._check(request, write=False)
         if refusal is not None:
             return refusal
-        export = request.query_params.get("format", "json")
+        export = request.query_params.get("format", "info")
         if export not in FORMATS:
             return _error(400, f"unknown format {export[:32]!r}; one of {', '.join(FORMATS)}")
         ctx = self._context()
@@ -144,12 +207,12 @@ class DocumentsApi:
                     return _export(name, export, room.doc.get_update())
                 # A snapshot now; read and rendered in the renders pool, once per state.
                 rich_name = ctx.settings.rich_fragment
-                rendered = await self._renders_of(ctx).of_room(room, rich_name, export)
+                rendered = await self._renders_of(ctx).of_room(room, rich_name, _render(export))
         except DocumentQuarantined as exc:
             return _error(409, str(exc))
         except PoolFull as exc:
             return _busy(exc)
-        if export == "json":
+        if export == "info":
             return _json_with_text({"name": name, "kind": rendered.kind, "peers": peers}, rendered)
         return _export(name, export, rendered.body)
 
@@ -181,38 +244,129 @@ class DocumentsApi:
             # Only with a bearer token in a header, so a cross-site <form> cannot send any.
             return _error(
                 415,
-                "Content-Type must be application/octet-stream (a Yjs update), text/markdown"
-                " (into the rich tree) or text/plain (into the plain text)",
+                "Content-Type must be application/octet-stream (a Yjs update),"
+                " application/json (a ProseMirror document, what Tiptap's editor.getJSON()"
+                " gives), text/html or text/markdown (into the rich tree) or text/plain (into"
+                " the plain text)",
             )
         ctx = self._context()
         body = await self._body(request, ctx)
         if isinstance(body, Response):
             return body
-        if not body and kind == "application/octet-stream":
-            return _error(400, "empty body: expected a Yjs update")
+        if not body and kind in ("application/octet-stream", "application/json"):
+            return _error(400, f"empty body: expected {_EXPECTED[kind]}")
         written_text = ""
-        if kind == "text/markdown" and len(body) > ctx.settings.max_markdown_bytes:
-            ctx.metrics.limit_refusals.labels("max_markdown_bytes").inc()
-            return _error(
-                413,
-                f"Markdown over {ctx.settings.max_markdown_bytes} bytes (max_markdown_bytes);"
-                " import a Yjs update instead",
-            )
-        if kind != "application/octet-stream":
+        for limited_kind, limit in (
+            ("text/markdown", "max_markdown_bytes"),
+            ("text/html", "max_html_bytes"),
+        ):
+            cap = getattr(ctx.settings, limit)
+            if kind == limited_kind and len(body) > cap:
+                ctx.metrics.limit_refusals.labels(limit).inc()
+                return _error(
+                    413, f"a body over {cap} bytes ({limit}); import a Yjs update instead"
+                )
+        if kind in ("text/markdown", "text/plain"):
             try:
                 written_text = body.decode("utf-8")
             except UnicodeDecodeError:
                 return _error(400, "the body is not UTF-8 text")
+
+        async def write(room: Room, origin: RestOrigin) -> object:
+            if kind == "text/markdown":
+                return await set_tree(room, written_text, origin)
+            if kind == "text/plain":
+                return await set_text(room, written_text, origin)
+            if kind == "application/json":
+                return await set_tree(room, TreeBody("json", body), origin)
+            if kind == "text/html":
+                return await set_tree(room, TreeBody("html", body), origin)
+            return await import_update(room, body, origin)
+
+        refusal = await self._write(request, ctx, name, "import", write)
+        return refusal or JSONResponse({"name": name, "imported": True})
+
+    async def patch(self, request: Request) -> Response:
+        """Content applied while others type, as Tiptap Cloud's PATCH: ``format=json`` (a
+        ProseMirror document whose differing top-level blocks replace the document's;
+        ``mode=append``: nodes after the last block; ``nodeAttributeName`` and
+        ``nodeAttributeValue``: the node they name replaced), ``binary`` or ``base64`` (a Yjs
+        update, as PUT application/octet-stream). 204 when applied and durable; an unknown
+        document is 404 (PUT creates one)."""
+        name, refusal = await self._check(request, write=True)
+        if refusal is not None:
+            return refusal
+        query = request.query_params
+        given = query.get("format")
+        wanted = given or _PATCH_BY_TYPE.get(_content_type(request), "")
+        if wanted not in PATCH_FORMATS:
+            shown = f"format {given[:32]!r}" if given else "no format"
+            return _error(400, f"{shown}: PATCH takes ?format=json, binary or base64")
+        mode = query.get("mode", "default")
+        attribute, value = query.get("nodeAttributeName"), query.get("nodeAttributeValue")
+        if mode not in ("default", "append"):
+            return _error(400, f"unknown mode {mode[:32]!r}; default or append")
+        if (attribute is None) != (value is None) or (attribute is not None and mode != "default"):
+            return _error(
+                400, "nodeAttributeName and nodeAttributeValue go together, without mode=append"
+            )
+        if (attribute is not None or mode != "default") and wanted != "json":
+            return _error(400, "mode and nodeAttributeName apply to format=json")
+        if attribute is not None and not (0 < len(attribute) <= 256 and len(value or "") <= 4096):
+            return _error(400, "nodeAttributeName must be 1-256 characters, its value <= 4096")
+        ctx = self._context()
+        if not await _known(ctx, name):
+            return _error(404, "no such document")
+        try:
+            place = pools.current().imports.reserve()
+        except PoolFull as exc:
+            return _busy(exc)
+        with place:
+            body = await self._body(request, ctx)
+            if isinstance(body, Response):
+                return body
+            if wanted == "base64":
+                try:
+                    body = base64.b64decode(b"".join(body.split()), validate=True)
+                except (binascii.Error, ValueError):
+                    return _error(400, "the body is not Base64")
+            if not body:
+                return _error(400, "empty body: expected content to apply")
+            if wanted != "json":
+                update = body
+
+                async def write(room: Room, origin: RestOrigin) -> object:
+                    return await import_update(room, update, origin)
+
+            else:
+                if attribute is not None:
+                    placement = Placement("node", attribute, value or "")
+                else:
+                    placement = Placement("append" if mode == "append" else "blocks")
+                shape = "doc" if placement.mode == "blocks" else "nodes"
+                tree = TreeBody("json", body, shape)
+
+                async def write(room: Room, origin: RestOrigin) -> object:
+                    return await set_tree(room, tree, origin, placement)
+
+            refusal = await self._write(request, ctx, name, "patch", write)
+        return refusal or Response(status_code=204)
+
+    async def _write(
+        self,
+        request: Request,
+        ctx: ServerContext,
+        name: str,
+        action: str,
+        write: Callable[[Room, RestOrigin], Awaitable[object]],
+    ) -> Response | None:
+        """``write`` to the document as one change, or the refusal: 400 malformed, 422 what a
+        limit or the update guard refused, 409 quarantined, 503 busy (Retry-After)."""
         grant = await self._grant_of(request, name)
-        origin = RestOrigin("import", grant.subject if grant else "")
+        origin = RestOrigin(action, grant.subject if grant else "")
         try:
             async with ctx.rooms.visit(name, refusable=True) as room:
-                if kind == "text/markdown":
-                    await set_tree(room, written_text, origin)
-                elif kind == "text/plain":
-                    await set_text(room, written_text, origin)
-                else:
-                    await import_update(room, body, origin)
+                await write(room, origin)
         except ImportRefused as exc:
             ctx.metrics.update_refusals.labels(exc.limit).inc()
             self._log_once(request, exc.limit, f"refused an imported update of {name[:64]!r}")
@@ -229,17 +383,66 @@ class DocumentsApi:
             return reply
         except (RoomClosed, StorageError):
             return _error(503, "the document is busy or could not be stored; try again")
-        return JSONResponse({"name": name, "imported": True})
+        return None
+
+    # ---- /api/duplicate/{name} -----------------------------------------------------------------
+
+    async def duplicate(self, request: Request) -> Response:
+        """A new document holding this one's state, named by the body's ``{"name": ...}``:
+        201, or 409 if that name holds a document already. Needs this document readable and
+        the new name writable by the token. Named versions are not copied."""
+        name, refusal = await self._check(request, write=False)
+        if refusal is not None:
+            return refusal
+        ctx = self._context()
+        fields = await self._json(request, ctx)
+        if isinstance(fields, Response):
+            return fields
+        target = fields.get("name")
+        if not isinstance(target, str) or not valid_document_name(target):
+            return _error(400, "'name' must be a valid document name")
+        grant = await self._grant_of(request, target)
+        if grant is None or not grant.allows(target) or not grant.writable:
+            return _error(403, "the token may not write a document of that name")
+        if not await _known(ctx, name):
+            return _error(404, "no such document")
+        try:
+            place = pools.current().imports.reserve()  # the copy is one import
+        except PoolFull as exc:
+            return _busy(exc)
+        with place:
+            async with self._duplicate_lock:
+                if target == name or await _known(ctx, target) or await _has_versions(ctx, target):
+                    return _error(409, "a document of that name exists already")
+                try:
+                    async with ctx.rooms.visit(name, refusable=True) as room:
+                        await ctx.hooks.before_read(room)  # several nodes: what others acked too
+                        state = room.doc.get_update()
+                except DocumentQuarantined as exc:
+                    return _error(409, str(exc))
+                except PoolFull as exc:
+                    return _busy(exc)
+
+                async def write(room: Room, origin: RestOrigin) -> object:
+                    return await import_update(room, state, origin)
+
+                refusal = await self._write(request, ctx, target, "duplicate", write)
+        if refusal is not None:
+            return refusal
+        log.info("document %r duplicated as %r", name[:64], target[:64])
+        return JSONResponse({"name": target, "source": name}, status_code=201)
 
     # ---- versions ------------------------------------------------------------------------------
 
     async def versions(self, request: Request) -> Response:
-        write = request.method == "POST"
+        write = request.method in ("POST", "DELETE")
         name, refusal = await self._check(request, write=write)
         if refusal is not None:
             return refusal
         ctx = self._context()
         try:
+            if request.method == "DELETE":
+                return await self._delete_version(request, ctx, name)
             if write:
                 return await self._create_version(request, ctx, name)
             version = request.query_params.get("id")
@@ -251,6 +454,19 @@ class DocumentsApi:
         except StorageError as exc:
             return _error(501, str(exc))  # a store that keeps no versions
         return JSONResponse({"name": name, "versions": [_version_json(v) for v in listed]})
+
+    async def _delete_version(self, request: Request, ctx: ServerContext, name: str) -> Response:
+        """``?id=N``: that version is forgotten (its bytes leave the quotas); 404 if the
+        document has no such version."""
+        number = parse_counter(request.query_params.get("id", ""))
+        if number is None:
+            return _error(400, "'id' must be a version number")
+        async with self._version_lock:  # not while a version is being counted and added
+            deleted = await ctx.store.delete_version(name, number)
+        if not deleted:
+            return _error(404, "no such version")
+        log.info("version %d of %r deleted", number, name[:64])
+        return JSONResponse({"name": name, "id": number, "deleted": True})
 
     async def _create_version(self, request: Request, ctx: ServerContext, name: str) -> Response:
         fields = await self._json(request, ctx)
@@ -308,7 +524,7 @@ class DocumentsApi:
         number = parse_counter(version)
         if number is None:
             return _error(400, "'id' must be a version number")
-        export = request.query_params.get("format", "json")
+        export = request.query_params.get("format", "info")
         if export not in FORMATS:
             return _error(400, f"unknown format {export[:32]!r}; one of {', '.join(FORMATS)}")
         state = await ctx.store.load_version(name, number)
@@ -318,11 +534,11 @@ class DocumentsApi:
             return _export(f"{name}@{version}", export, state)
         try:  # read and rendered in the renders pool, once per state
             rendered = await self._renders_of(ctx).of_state(
-                state, ctx.settings.rich_fragment, export
+                state, ctx.settings.rich_fragment, _render(export)
             )
         except PoolFull as exc:
             return _busy(exc)
-        if export != "json":
+        if export != "info":
             return _export(f"{name}@{version}", export, rendered.body)
         info = next((v for v in await ctx.store.list_versions(name) if v.id == number), None)
         if info is None:
@@ -464,12 +680,28 @@ def _export(name: str, export: str, body: bytes) -> Response:
         # one's tree is written as Markdown (collab.content.markdown).
         headers["Content-Disposition"] = f'attachment; filename="{base}.md"'
         return Response(body, media_type="text/markdown; charset=utf-8", headers=headers)
+    if export == "json":
+        # The ProseMirror tree (collab.content.prosemirror_json), as Tiptap Cloud serves it.
+        return Response(body, media_type="application/json", headers=headers)
     if export == "html":
         # A fragment, everything escaped; served as an attachment, never rendered in our origin.
         headers["Content-Disposition"] = f'attachment; filename="{base}.html"'
         return Response(body, media_type="text/html; charset=utf-8", headers=headers)
     headers["Content-Disposition"] = f'inline; filename="{base}.txt"'
     return Response(body, media_type="text/plain; charset=utf-8", headers=headers)
+
+
+def _render(export: str) -> str:
+    """The render (``collab.rooms.renders``) a REST format is made of: "info" carries the
+    text, "json" is the ProseMirror tree."""
+    return {"info": "json", "json": "prosemirror"}.get(export, export)
+
+
+_EXPECTED = {
+    "application/octet-stream": "a Yjs update",
+    "application/json": "a ProseMirror document",
+}
+_PATCH_BY_TYPE = {"application/json": "json", "application/octet-stream": "binary"}
 
 
 def _json_with_text(fields: dict[str, Any], rendered: Rendered) -> Response:

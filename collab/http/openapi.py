@@ -26,16 +26,24 @@ def _json(name: str, description: str) -> dict[str, Any]:
 
 def _errors(*statuses: int) -> dict[str, Any]:
     reasons = {
-        400: "bad input: an invalid name, format, body or version number; a malformed update",
+        400: "bad input: an invalid name, format, body or version number; a malformed update;"
+        " a body that is not JSON (application/json) or not Base64 (PATCH format=base64)",
         401: "missing, invalid or expired token",
         403: "the token does not allow this document, or is readonly where writing is asked",
         404: "no such document (never stored, not loaded with content) or version",
-        409: "the document is quarantined, or a version limit is reached",
-        413: "body larger than the frame cap (max_frame_bytes)",
+        409: "the document is quarantined, or a version limit is reached, or (duplicate) a"
+        " document of the new name exists",
+        413: "body larger than the frame cap (max_frame_bytes), or Markdown or HTML larger than"
+        " max_markdown_bytes or max_html_bytes",
         415: "wrong Content-Type",
-        422: "the update guard refused the update (nesting, dependencies, origins), or the"
-        " Markdown makes more than max_import_nodes nodes or nests deeper than"
-        " max_nesting_depth allows (the error names the limit; nothing applied)",
+        422: "the update guard refused the update (nesting, dependencies, origins); the"
+        " Markdown, HTML or ProseMirror JSON makes more than max_import_nodes nodes or nests"
+        " deeper than max_nesting_depth allows; the JSON is not a ProseMirror document (a node"
+        " type that is not a name, an attribute out of range: a heading's level 1-6, an ordered"
+        " list's start, a code block's language); a PATCH node not found (the error names the"
+        " limit; nothing applied)",
+        429: "too many requests from this client address (rest_rate_limit per"
+        " rest_rate_window): try again after Retry-After seconds",
         501: "the store keeps no versions",
         503: "the document is busy or could not be stored, or the worker pool this needs is"
         " full (imports, renders, loads), or the Markdown imports in flight hold the"
@@ -56,11 +64,17 @@ _FORMAT = {
     "name": "format",
     "in": "query",
     "required": False,
-    "description": "json (default); text (text/plain: a rich document's blocks separated by blank"
+    "description": "info (default: name, kind, text and peers); json (the ProseMirror tree,"
+    " {type: doc, content}, as Tiptap's editor.getJSON() gives it; a plain document as one"
+    " paragraph per line); text (text/plain: a rich document's blocks separated by blank"
     " lines); markdown (a rich document's tree as Markdown; a plain document's text as it is,"
     " since editors write Markdown there); html (an escaped HTML fragment, as an attachment);"
     " yjs (the full Yjs update, for backups and PUT)",
-    "schema": {"type": "string", "enum": ["json", "text", "markdown", "html", "yjs"]},
+    "schema": {
+        "type": "string",
+        "enum": ["info", "json", "text", "markdown", "html", "yjs"],
+        "default": "info",
+    },
 }
 _EXPORTS = {
     "text/plain": {"schema": {"type": "string"}},
@@ -76,7 +90,54 @@ _KIND = {
     ' y-prosemirror); plain: the Y.Text "content"',
 }
 
+_MARK = {
+    "type": "object",
+    "required": ["type"],
+    "properties": {"type": {"type": "string"}, "attrs": {"type": "object"}},
+}
+
 SCHEMAS: dict[str, Any] = {
+    "ProseMirrorDoc": {
+        "type": "object",
+        "description": "A ProseMirror document as Tiptap's editor.getJSON() gives it",
+        "required": ["type", "content"],
+        "properties": {
+            "type": {"const": "doc"},
+            "content": {"type": "array", "items": _ref("ProseMirrorNode")},
+        },
+    },
+    "ProseMirrorNode": {
+        "type": "object",
+        "required": ["type"],
+        "properties": {
+            "type": {"type": "string", "description": "the schema's node name, or text"},
+            "attrs": {"type": "object"},
+            "content": {"type": "array", "items": _ref("ProseMirrorNode")},
+            "text": {"type": "string", "minLength": 1},
+            "marks": {"type": "array", "items": _MARK},
+        },
+    },
+    "DuplicateRequest": {
+        "type": "object",
+        "required": ["name"],
+        "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 512}},
+    },
+    "Duplicated": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "source"],
+        "properties": {"name": {"type": "string"}, "source": {"type": "string"}},
+    },
+    "VersionDeleted": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["name", "id", "deleted"],
+        "properties": {
+            "name": {"type": "string"},
+            "id": {"type": "integer"},
+            "deleted": {"const": True},
+        },
+    },
     "Error": {
         "type": "object",
         "required": ["error"],
@@ -191,24 +252,68 @@ SCHEMAS: dict[str, Any] = {
 }
 
 _IMPORT: dict[str, Any] = {
-    "summary": "Import a Yjs update, Markdown or plain text as one CRDT change (connected"
-    " editors follow)",
+    "summary": "Import a Yjs update, a ProseMirror document, HTML, Markdown or plain text as one"
+    " CRDT change (connected editors follow)",
     "description": "application/octet-stream: a Yjs update, checked by the update guard exactly"
-    " as a /ws update is. text/markdown: the rich tree (--rich-fragment) becomes the Markdown"
-    " (Tiptap StarterKit nodes and marks). text/plain: the plain text (Y.Text content) becomes"
-    " the body, changing only the part that differs. At most max_frame_bytes. A new name is"
+    " as a /ws update is. application/json: a ProseMirror document (what Tiptap's"
+    " editor.getJSON() gives); any node type named like a Tiptap extension is kept, with its"
+    " attributes. text/html: StarterKit's elements and marks; scripts, event handlers and"
+    " javascript: links are dropped. text/markdown: Tiptap StarterKit nodes and marks. These"
+    " three replace the rich tree (--rich-fragment). text/plain: the plain text (Y.Text"
+    " content) becomes the body, changing only the part that differs. At most"
+    " max_frame_bytes (Markdown max_markdown_bytes, HTML max_html_bytes). A new name is"
     " created. PUT and POST are the same.",
     "requestBody": {
         "required": True,
         "content": {
             "application/octet-stream": {"schema": {"type": "string"}},
+            "application/json": {"schema": _ref("ProseMirrorDoc")},
+            "text/html": {"schema": {"type": "string"}},
             "text/markdown": {"schema": {"type": "string"}},
             "text/plain": {"schema": {"type": "string"}},
         },
     },
     "responses": {
         "200": _json("Imported", "applied and durable"),
-        **_errors(400, 401, 403, 409, 413, 415, 422, 503),
+        **_errors(400, 401, 403, 409, 413, 415, 422, 429, 503),
+    },
+}
+
+_PATCH: dict[str, Any] = {
+    "summary": "Apply content while others type, as Tiptap Cloud's PATCH (one CRDT change)",
+    "description": "format=json: a ProseMirror document; only its top-level blocks that differ"
+    " from the document's (between those both share at the start and at the end) replace the"
+    " document's, so what editors type elsewhere stays. mode=append: the body's nodes (a"
+    " document, one node or a list) go after the last block. nodeAttributeName and"
+    " nodeAttributeValue: the first node whose attribute has that value (as Tiptap's UniqueID"
+    " extension names nodes) is replaced by the body's nodes. format=binary: a Yjs update;"
+    " format=base64: a Yjs update in Base64. Without format, application/json is json and"
+    " application/octet-stream binary. The document must exist (PUT creates one).",
+    "parameters": [
+        {
+            "name": "format",
+            "in": "query",
+            "schema": {"type": "string", "enum": ["json", "binary", "base64"]},
+        },
+        {
+            "name": "mode",
+            "in": "query",
+            "schema": {"type": "string", "enum": ["default", "append"]},
+        },
+        {"name": "nodeAttributeName", "in": "query", "schema": {"type": "string"}},
+        {"name": "nodeAttributeValue", "in": "query", "schema": {"type": "string"}},
+    ],
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {}},
+            "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+            "text/plain": {"schema": {"type": "string", "description": "format=base64"}},
+        },
+    },
+    "responses": {
+        "204": {"description": "applied and durable"},
+        **_errors(400, 401, 403, 404, 409, 413, 422, 429, 503),
     },
 }
 
@@ -250,7 +355,7 @@ PATHS: dict[str, Any] = {
             ],
             "responses": {
                 "200": _json("DocumentList", "sorted by name"),
-                **_errors(400, 401),
+                **_errors(400, 401, 429),
             },
         }
     },
@@ -261,14 +366,20 @@ PATHS: dict[str, Any] = {
             "parameters": [_FORMAT],
             "responses": {
                 "200": {
-                    "description": "the document (json) or its export",
-                    "content": {"application/json": {"schema": _ref("Document")}, **_EXPORTS},
+                    "description": "the document (info), its ProseMirror tree (json) or its export",
+                    "content": {
+                        "application/json": {
+                            "schema": {"oneOf": [_ref("Document"), _ref("ProseMirrorDoc")]}
+                        },
+                        **_EXPORTS,
+                    },
                 },
-                **_errors(400, 401, 403, 404, 409, 503),
+                **_errors(400, 401, 403, 404, 409, 429, 503),
             },
         },
         "put": _IMPORT,
         "post": _IMPORT,
+        "patch": _PATCH,
         "delete": {
             "summary": "Delete the document, its versions and its cached suggestions",
             "description": "Editors connected to it are told: on /ws the channel gets"
@@ -276,7 +387,25 @@ PATHS: dict[str, Any] = {
             " open starts a fresh empty document. Needs a read-write token.",
             "responses": {
                 "200": _json("Deleted", "deleted"),
-                **_errors(400, 401, 403, 404),
+                **_errors(400, 401, 403, 404, 429),
+            },
+        },
+    },
+    "/api/duplicate/{name}": {
+        "parameters": [_NAME],
+        "post": {
+            "summary": "Copy the document's state into a new document",
+            "description": "The body names the copy. Needs the document readable and the new"
+            " name writable by the token; 409 if the new name holds a document already. Named"
+            " versions are not copied. (Tiptap Cloud has no such call: its scripts GET"
+            " ?format=yjs and POST it under the new name, which works here too.)",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": _ref("DuplicateRequest")}},
+            },
+            "responses": {
+                "201": _json("Duplicated", "copied and durable"),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 422, 429, 503),
             },
         },
     },
@@ -290,15 +419,32 @@ PATHS: dict[str, Any] = {
             ],
             "responses": {
                 "200": {
-                    "description": "the list (no id), or one version (json) or its export",
+                    "description": "the list (no id), or one version (info), its ProseMirror"
+                    " tree (json) or its export",
                     "content": {
                         "application/json": {
-                            "schema": {"oneOf": [_ref("VersionList"), _ref("VersionWithText")]}
+                            "schema": {
+                                "oneOf": [
+                                    _ref("VersionList"),
+                                    _ref("VersionWithText"),
+                                    _ref("ProseMirrorDoc"),
+                                ]
+                            }
                         },
                         **_EXPORTS,
                     },
                 },
-                **_errors(400, 401, 403, 404, 501, 503),
+                **_errors(400, 401, 403, 404, 429, 501, 503),
+            },
+        },
+        "delete": {
+            "summary": "Delete one named version (?id=); its bytes leave the version quotas",
+            "parameters": [
+                {"name": "id", "in": "query", "required": True, "schema": {"type": "integer"}}
+            ],
+            "responses": {
+                "200": _json("VersionDeleted", "deleted"),
+                **_errors(400, 401, 403, 404, 429, 501),
             },
         },
         "post": {
@@ -315,7 +461,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "201": _json("Version", "saved"),
                 "200": _json("Version", "unchanged since this, its last version"),
-                **_errors(400, 401, 403, 404, 409, 413, 415, 501, 503),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 429, 501, 503),
             },
         },
     },
@@ -331,7 +477,7 @@ PATHS: dict[str, Any] = {
             },
             "responses": {
                 "200": _json("Restored", "restored and durable"),
-                **_errors(400, 401, 403, 404, 409, 413, 415, 501, 503),
+                **_errors(400, 401, 403, 404, 409, 413, 415, 429, 501, 503),
             },
         },
     },

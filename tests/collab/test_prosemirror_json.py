@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pycrdt import Doc, Text, XmlFragment
+from pycrdt import Doc, Text, XmlElement, XmlFragment
 
 from tether.collab.content.json_bounded import JsonRefused, load_json
 from tether.collab.content.prosemirror_json import (
@@ -316,3 +316,23 @@ def test_the_bounded_reader_refuses_what_is_not_json(text: str) -> None:
     with pytest.raises(JsonRefused) as refused:
         load_json(text, 64)
     assert refused.value.limit == "malformed"
+
+
+def test_attribute_values_json_cannot_hold_read_as_null_as_javascript_writes_nan() -> None:
+    doc = Doc()
+    with doc.transaction():
+        fragment = doc.get("default", type=XmlFragment)
+        heading = fragment.children.insert(0, XmlElement("heading"))
+        for key, value in (("level", float("nan")), ("blob", b"\x00\xff"), ("big", float("inf"))):
+            heading.attributes[key] = value
+        heading.attributes["ok"] = [1.0, {"n": 2.5}]
+    text = render_prosemirror(read_content(doc)).decode()
+    assert json.loads(text) == {
+        "type": "doc",
+        "content": [
+            {
+                "type": "heading",
+                "attrs": {"big": None, "blob": None, "level": None, "ok": [1, {"n": 2.5}]},
+            }
+        ],
+    }
