@@ -164,6 +164,7 @@ export class Suggestion extends Emitter<SuggestionEvents> {
         this.settle({ ok: true, value: this.summary(msg.reason) });
         break;
       case "suggestion.error":
+        if (this.state === "failed") return; // over already (e.g. the answer to our cancel)
         if (msg.code === "confirm_required" && this.dropped.length === 0) {
           this.dropped = this.client.pendingDropped(this.id);
         }
@@ -419,6 +420,8 @@ export class TetherAI extends Emitter<ClientEvents> {
     const timer = setTimeout(() => {
       if (suggestion.state === "waiting") {
         suggestion.fail(errorOf("timeout", "no answer from the AI", suggestion.id));
+        // If it was only late, the model should not go on writing what nobody will see.
+        this.send({ type: "cancel", id: suggestion.id });
       }
     }, this.options.answerTimeoutMs);
     suggestion.result.then(() => clearTimeout(timer));

@@ -77,8 +77,14 @@ test("errors are values: not connected, no answer, and a destroyed client", asyn
   assert.equal(offline.sent.filter((m) => m.type === "suggest").length, 0);
   assert.equal((await client.accept("g1")).error.code, "not_connected");
   offline.isSynced = true;
-  const silent = await client.suggest({ pos: 0 }).result;
+  const late = client.suggest({ pos: 0 });
+  const silent = await late.result;
   assert.equal(silent.error.code, "timeout");
+  assert.deepEqual(offline.last("cancel"), { type: "cancel", id: late.id }); // stop the model
+  let errors = 0;
+  late.on("error", () => errors++);
+  offline.deliver({ type: "suggestion.error", id: late.id, code: "bad_request", message: "unknown id" });
+  assert.equal(errors, 0); // over already: the answer to that cancel changes nothing
   const pending = client.suggest({ pos: 0 });
   client.destroy();
   assert.equal((await pending.result).error.code, "closed");
