@@ -213,3 +213,26 @@ def test_in_a_codemirror_app_typing_through_a_ghost_keeps_its_rest_and_escape_dr
     expect(ghost).to_have_count(0)
     wait_text(page, "Gulls over the harbour" + GHOST + "\nSecond line")
     page.context.close()
+
+
+def test_in_a_tiptap_app_the_typed_rest_of_a_ghost_is_text_even_when_it_looks_like_html(
+    browser: Browser,  # noqa: F811
+    host_site: str,
+    tmp_path: Path,
+) -> None:
+    """After a type-through, Tab types the rest in this editor: the model's words, as text."""
+    script = '{"replies": {"Some markup": [" <b>loud", "</b> words"]}, "delay": 0.02}'
+    settings = {"ai_provider": "scripted", "ai_script": script, **WHOLE_STREAMS}
+    with ServerProcess(tmp_path, **settings) as server:
+        page = open_host(browser, host_site, server, "tiptap", "host-markup")
+        page.locator(".tiptap").click()
+        page.keyboard.type("Some markup")
+        ghost = page.locator("[data-testid=ghost]")
+        expect(ghost).to_have_text(" <b>loud</b> words", timeout=15000)
+        page.keyboard.type(" ")
+        expect(ghost).to_have_text("<b>loud</b> words")
+        page.keyboard.press("Tab")
+        wait_text(page, "Some markup <b>loud</b> words")
+        paragraph = page.evaluate("() => window.host.editor.getJSON().content[0].content")
+        assert paragraph == [{"type": "text", "text": "Some markup <b>loud</b> words"}]
+        page.context.close()

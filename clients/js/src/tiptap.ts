@@ -213,7 +213,9 @@ function surfaceOf(editor: Editor, pending: { accept: { text: string; until: num
       pending.accept = { text: ghost.received, until: Date.now() + ACCEPT_LANDS_WITHIN_MS };
     },
     insertRest(pos, text) {
-      editor.chain().insertContentAt(pos, text).focus().run();
+      // As text, with the marks typing there carries (never parsed as HTML: it is the model's).
+      editor.view.dispatch(editor.state.tr.insertText(text, pos).scrollIntoView());
+      editor.commands.focus();
     },
   };
 }
