@@ -694,7 +694,7 @@ function renderRewrite() {
     ready: drops ? "check what it drops" : "ready",
     accepting: "applying…",
     ended: rewrite.note,
-    error: `error: ${rewrite.note}`,
+    error: `error: ${withoutPrefix(rewrite.note) || rewrite.note}`,
   }[rewrite.state] || "";
   const canAccept = writable && rewrite.canAccept;
   const droppedEl = drops
