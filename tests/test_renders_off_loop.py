@@ -122,7 +122,7 @@ async def test_every_format_of_a_big_rich_document_is_read_while_a_bystander_is_
             done = asyncio.Event()
             typing = asyncio.ensure_future(type_until(doc, done))
             replies = {}
-            for export in ("json", "text", "markdown", "html", "yjs"):
+            for export in ("info", "json", "text", "markdown", "html", "yjs"):
                 url = f"/api/documents/rich/big?format={export}"
                 replies[export] = await http.get(url, headers=reader)
             done.set()
@@ -133,9 +133,10 @@ async def test_every_format_of_a_big_rich_document_is_read_while_a_bystander_is_
         assert reply.status_code == 200, (export, reply.text[:200])
         if export != "yjs":
             check_export(export, reply.text)
-    answer = replies["json"].json()
+    answer = replies["info"].json()
     assert answer["kind"] == "rich" and answer["name"] == "rich/big"
     assert answer["text"] == replies["text"].text
+    assert len(replies["json"].json()["content"]) == PARAGRAPHS  # the ProseMirror tree
     copy = Doc()
     copy.apply_update(replies["yjs"].content)
     assert len(copy.get("default", type=XmlFragment).children) == PARAGRAPHS

@@ -7,7 +7,7 @@ machines), and it recurses per level of nesting (a RecursionError, or a deep C s
 than a refusal that names the limit). Here containers are kept on an explicit stack, a value
 at a time in Python bytecode (the interpreter switches threads every few milliseconds between
 them), and only strings are scanned by the C ``scanstring`` (at hundreds of MB/s). About
-5-10 MB/s: run it in a worker thread. Strict JSON: no NaN or Infinity, no trailing commas.
+3-10 MB/s here: run it in a worker thread. Strict JSON: no NaN or Infinity, no trailing commas.
 """
 
 from __future__ import annotations

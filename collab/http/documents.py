@@ -332,22 +332,17 @@ class DocumentsApi:
                     return _error(400, "the body is not Base64")
             if not body:
                 return _error(400, "empty body: expected content to apply")
-            if wanted != "json":
-                update = body
-
-                async def write(room: Room, origin: RestOrigin) -> object:
-                    return await import_update(room, update, origin)
-
+            if attribute is not None:
+                placement = Placement("node", attribute, value or "")
             else:
-                if attribute is not None:
-                    placement = Placement("node", attribute, value or "")
-                else:
-                    placement = Placement("append" if mode == "append" else "blocks")
-                shape = "doc" if placement.mode == "blocks" else "nodes"
-                tree = TreeBody("json", body, shape)
+                placement = Placement("append" if mode == "append" else "blocks")
+            content = body
 
-                async def write(room: Room, origin: RestOrigin) -> object:
-                    return await set_tree(room, tree, origin, placement)
+            async def write(room: Room, origin: RestOrigin) -> object:
+                if wanted != "json":  # a Yjs update, as PUT application/octet-stream
+                    return await import_update(room, content, origin)
+                shape = "doc" if placement.mode == "blocks" else "nodes"
+                return await set_tree(room, TreeBody("json", content, shape), origin, placement)
 
             refusal = await self._write(request, ctx, name, "patch", write)
         return refusal or Response(status_code=204)
