@@ -186,6 +186,11 @@ async def test_an_update_that_would_cut_or_walk_the_document_too_often_is_refuse
         assert len(text) == {"backwards": 150_000}.get(shape.name, len(text))
 
 
+# A bound that tells linear from quadratic work (a quadratic load of these shapes takes minutes),
+# not a timing: shared CI machines run these in 1-7 s. tether bench attacks times them.
+LINEAR_BOUND_S = 60
+
+
 async def imported(server: ServerProcess, name: str, update: bytes) -> float:
     token = server.token()
     headers = {**OCTETS, "Authorization": f"Bearer {token}"}
@@ -197,7 +202,7 @@ async def imported(server: ServerProcess, name: str, update: bytes) -> float:
 
 
 async def test_a_rest_import_of_an_unmerged_run_is_stored_merged(server: ServerProcess) -> None:
-    assert await imported(server, "imported-run", unmerged_run(100_000).attack) < 5
+    assert await imported(server, "imported-run", unmerged_run(100_000).attack) < LINEAR_BOUND_S
     text, _ = await rest_text(server, "imported-run", server.token())
     assert text == "a" * 100_000
 
@@ -213,7 +218,7 @@ async def test_after_a_restart_attacked_documents_load_promptly(server: ServerPr
         health = asyncio.ensure_future(health_answers(server))
         text, took = await rest_text(server, name, reader)
         assert len(text) in (100_000, 150_000)
-        assert took < 5, (name, took)
+        assert took < LINEAR_BOUND_S, (name, took)
         assert await health < ACK_BOUND_S
 
 
