@@ -7,7 +7,7 @@ The session: an editor types, pauses, asks for a completion at the cursor, keeps
 again; other editors type elsewhere in the document meanwhile. Reports TTFT, inter-token
 latency and end-to-end time (client-side) for both, and the ratios b/a, as JSON and a PNG.
 With ``--workload repeated`` (or ``all``: both) it runs a second scenario, writers revising
-(``collab.bench.ai_repeated``). The requests themselves are timed in ``collab.bench.ai_requests``.
+(``bench.ai_repeated``). The requests themselves are timed in ``bench.ai_requests``.
 All traffic goes to a server this command starts on 127.0.0.1. A benchmark, not a test.
 """
 
@@ -55,7 +55,7 @@ def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         help="N >= 2: N model servers (llama_cpp.server) behind tether, one upstream vs"
-        " round-robin vs affinity side by side (collab/bench/ai_upstreams.py)",
+        " round-robin vs affinity side by side (bench/ai_upstreams.py)",
     )
     parser.add_argument(
         "--docs", type=int, default=7, help="--upstreams: documents, one editor each"

@@ -2,7 +2,7 @@
 
 For local trials and benchmarks, not production (see examples/deploy/compose.yml for that shape).
 Without ``--store``/``--bus`` it starts a throwaway PostgreSQL and redis-server of its own
-(``collab.bench.engines``). The balancer is a plain TCP relay that hands each new connection to
+(``bench.engines``). The balancer is a plain TCP relay that hands each new connection to
 the next node in turn, skipping nodes that refuse it: a WebSocket stays on the node it reached,
 and when that node dies its editors reconnect through the balancer to a live one.
 """
@@ -20,7 +20,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..runtime.log_redaction import has_password, redact_url
+from tether.collab.runtime.log_redaction import has_password, redact_url
+
 from .engines import PostgresServer, RedisServer
 from .launcher import ServerProcess
 

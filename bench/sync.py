@@ -12,7 +12,7 @@ server, and reports them side by side.
 
 ``--compare hocuspocus,PATH --reps N`` runs the same load against this checkout, Hocuspocus and
 other checkouts, a fresh server per rep, in turn, and reports medians and ratios
-(``collab.bench.sync_compare``).
+(``bench.sync_compare``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ from .pinning import pinned, split_cpus
 from .server_histograms import ACK, LOOP_LAG, Buckets, bound_ms, read_buckets
 
 # Editors on the JS yjs library (--driver js), in the checkout this tether runs from.
-JS_DRIVER = Path(__file__).resolve().parents[2] / "tests" / "js" / "bench_sync_driver.mjs"
+JS_DRIVER = Path(__file__).resolve().parents[1] / "tests" / "js" / "bench_sync_driver.mjs"
 
 
 def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
@@ -102,7 +102,7 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
         " extension), 'with-ai' (this checkout with its model decoding nonstop: the ratios"
         " are with-ai/this) and/or paths of other tether checkouts (git worktrees); each rep"
         " starts a fresh server per target, this checkout's included, in turn, and reports medians"
-        " and this checkout's ratios (collab.bench.sync_compare)",
+        " and this checkout's ratios (bench.sync_compare)",
     )
     parser.add_argument("--reps", type=int, default=4, help="reps per target with --compare")
     parser.add_argument("--png", dest="png_out", default=None, help="--compare: plot here")
@@ -111,7 +111,7 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
         "--pin",
         action="store_true",
         help="the server it starts on the last CPU, the driver on the others"
-        " (collab.bench.pinning): the load generator stops stealing the server's CPU",
+        " (bench.pinning): the load generator stops stealing the server's CPU",
     )
     parser.add_argument(
         "--with-ai",

@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cluster = commands.add_parser("cluster", help=_CLUSTER_HELP)
     if "cluster" in (sys.argv[1:] if argv is None else argv):
-        from .bench.cluster_launch import add_cluster_arguments
+        from tether.bench.cluster_launch import add_cluster_arguments
 
         add_cluster_arguments(cluster)
 
@@ -107,41 +107,41 @@ def main(argv: list[str] | None = None) -> int:
     bench_kinds = bench.add_subparsers(dest="bench", required=True)
     words = sys.argv[1:] if argv is None else argv
     if "bench" in words:  # the server never imports benchmark code (or its dependencies)
-        from .bench.ai import add_ai_arguments
-        from .bench.bigdoc import add_bigdoc_arguments
-        from .bench.idle import add_idle_arguments
-        from .bench.model import add_model_arguments
-        from .bench.reconnect import add_reconnect_arguments
-        from .bench.startup import add_startup_arguments
-        from .bench.storm import add_storm_arguments
-        from .bench.sync import add_sync_arguments
-        from .bench.worker_hop import add_worker_arguments
+        from tether.bench.ai import add_ai_arguments
+        from tether.bench.bigdoc import add_bigdoc_arguments
+        from tether.bench.idle import add_idle_arguments
+        from tether.bench.model import add_model_arguments
+        from tether.bench.reconnect import add_reconnect_arguments
+        from tether.bench.startup import add_startup_arguments
+        from tether.bench.storm import add_storm_arguments
+        from tether.bench.sync import add_sync_arguments
+        from tether.bench.worker_hop import add_worker_arguments
 
         add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
         add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
         add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
         add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
         add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
-        from .bench.cluster_sync import add_cluster_bench_arguments
+        from tether.bench.cluster_sync import add_cluster_bench_arguments
 
         add_cluster_bench_arguments(bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP))
         add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
         add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
         add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
         add_reconnect_arguments(bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP))
-        from .bench.shapes import add_shapes_arguments
+        from tether.bench.shapes import add_shapes_arguments
 
         add_shapes_arguments(bench_kinds.add_parser("shapes", help=_SHAPES_HELP))
-        from .bench.attacks import add_attacks_arguments
+        from tether.bench.attacks import add_attacks_arguments
 
         add_attacks_arguments(bench_kinds.add_parser("attacks", help=_ATTACKS_HELP))
-        from .bench.quality import add_quality_arguments
+        from tether.bench.quality import add_quality_arguments
 
         add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
-        from .bench.rich_ai import add_rich_ai_arguments
+        from tether.bench.rich_ai import add_rich_ai_arguments
 
         add_rich_ai_arguments(bench_kinds.add_parser("rich-ai", help=_RICH_AI_HELP))
-        from .bench.rewrites import add_rewrites_arguments
+        from tether.bench.rewrites import add_rewrites_arguments
 
         add_rewrites_arguments(bench_kinds.add_parser("rewrites", help=_REWRITES_HELP))
     else:
@@ -167,66 +167,66 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "token":
         return _token(args)
     if args.command == "cluster":
-        from .bench.cluster_launch import run_cluster
+        from tether.bench.cluster_launch import run_cluster
 
         return run_cluster(args)
     if args.bench == "cluster":
-        from .bench.cluster_sync import run_cluster_bench
+        from tether.bench.cluster_sync import run_cluster_bench
 
         return run_cluster_bench(args)
     if args.bench == "worker":
-        from .bench.worker_hop import run_worker_bench
+        from tether.bench.worker_hop import run_worker_bench
 
         return run_worker_bench(args)
     if args.bench == "startup":
-        from .bench.startup import run_startup_bench
+        from tether.bench.startup import run_startup_bench
 
         return run_startup_bench(args)
     if args.bench == "model":
-        from .bench.model import run_model_bench
+        from tether.bench.model import run_model_bench
 
         return run_model_bench(args)
     if args.bench == "quality":
-        from .bench.quality import run_quality_bench
+        from tether.bench.quality import run_quality_bench
 
         return run_quality_bench(args)
     if args.bench == "idle":
-        from .bench.idle import run_idle_bench
+        from tether.bench.idle import run_idle_bench
 
         return run_idle_bench(args)
     if args.bench == "reconnect":
-        from .bench.reconnect import run_reconnect_bench
+        from tether.bench.reconnect import run_reconnect_bench
 
         return run_reconnect_bench(args)
     if args.bench == "storm":
-        from .bench.storm import run_storm_bench
+        from tether.bench.storm import run_storm_bench
 
         return run_storm_bench(args)
     if args.bench == "rich-ai":
-        from .bench.rich_ai import run_rich_ai_bench
+        from tether.bench.rich_ai import run_rich_ai_bench
 
         return run_rich_ai_bench(args)
     if args.bench == "rewrites":
-        from .bench.rewrites import run_rewrites_bench
+        from tether.bench.rewrites import run_rewrites_bench
 
         return run_rewrites_bench(args)
     if args.bench == "bigdoc":
-        from .bench.bigdoc import run_bigdoc_bench
+        from tether.bench.bigdoc import run_bigdoc_bench
 
         return run_bigdoc_bench(args)
     if args.bench == "shapes":
-        from .bench.shapes import run_shapes_bench
+        from tether.bench.shapes import run_shapes_bench
 
         return run_shapes_bench(args)
     if args.bench == "attacks":
-        from .bench.attacks import run_attacks_bench
+        from tether.bench.attacks import run_attacks_bench
 
         return run_attacks_bench(args)
     if args.bench == "ai":
-        from .bench.ai import run_ai_bench
+        from tether.bench.ai import run_ai_bench
 
         return run_ai_bench(args)
-    from .bench.sync import run_sync_bench
+    from tether.bench.sync import run_sync_bench
 
     return run_sync_bench(args)
 
