@@ -20,14 +20,7 @@ from tests.ai.sse_upstream import Upstream, serve_upstream
 from tether.ai.text.context import COMPLETE_PREFIX
 from tether.ai.text.junk import CHAT, ECHO, EMPTY, LANGUAGE, LOOP, junk_kind, words
 from tether.ai.text.stopping import heal_output, stop_at
-from tether.bench.quality import (
-    REFERENCE,
-    RUNS_DEFAULT,
-    RUNS_OPENAI,
-    SURE_VIEWS,
-    Run,
-    choose_cases,
-)
+from tether.bench.quality import REFERENCE, RUNS_DEFAULT, RUNS_OPENAI, choose_cases
 from tether.bench.quality_corpus import Case, is_prose, make_cases, split_of
 from tether.bench.quality_drive import (
     Upstream as UpstreamAddress,
@@ -47,6 +40,7 @@ from tether.bench.quality_metrics import (
     paired_difference,
     score,
 )
+from tether.bench.quality_runs import SURE_VIEWS, Run
 
 PROSE = (
     "The server keeps every document in memory while editors are connected, and writes "
