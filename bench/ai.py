@@ -49,7 +49,7 @@ TYPED = [
 WORKLOADS = ("session", "repeated", "all")
 
 
-def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--upstreams",
         type=int,
@@ -176,7 +176,7 @@ async def _session(server: ServerProcess, way: str, args: argparse.Namespace) ->
     return samples
 
 
-def run_ai_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if getattr(args, "upstreams", 0):
         from .ai_upstreams import run_upstreams_bench
 
@@ -224,7 +224,7 @@ def _plot(baseline: list[Sample], tether: list[Sample], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG (pip install matplotlib)")
+        print("matplotlib is not installed: no PNG (pip install 'tether[bench]')")
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for samples, label in ((baseline, "HTTP baseline"), (tether, "tether socket")):

@@ -492,7 +492,7 @@ def _plot_repeated(writer: _Reviser, baseline: list[Sample], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG (pip install matplotlib)")
+        print("matplotlib is not installed: no PNG (pip install 'tether[bench]')")
         return
     samples = [a.sample for a in writer.asks if a.sample.error is None and a.sample.source]
     sources = [s for s in SOURCES if any(x.source == s for x in samples)]

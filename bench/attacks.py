@@ -54,7 +54,7 @@ _OUTCOME_CHARS = 100  # in the table; the JSON has all of it
 _FLAG = re.compile(r"--([a-z0-9][a-z0-9-]*)")
 
 
-def add_attacks_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare",
         default="",
@@ -108,7 +108,7 @@ def _commit_of(repo: Path) -> str:
     return done.stdout.strip() or repo.name
 
 
-def run_attacks_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     targets = parse_targets(args.compare)
     attacks = build_attacks(args.scale)
     if args.attacks:
@@ -336,8 +336,8 @@ def _errors(health: dict[str, Any], acks: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tether.bench.attacks")
-    add_attacks_arguments(parser)
-    return run_attacks_bench(parser.parse_args())
+    add_arguments(parser)
+    return run(parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from .launcher import ServerProcess
 _RELAY_CHUNK = 64 * 1024
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--port", type=int, default=8765, help="the balancer's loopback port")
     parser.add_argument(
@@ -131,7 +131,7 @@ class LocalCluster:
             self._pg.close()
 
 
-def run_cluster(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     for flag in ("store", "bus"):
         given = getattr(args, flag)
         if has_password(given) and given != os.environ.get(f"TETHER_{flag.upper()}"):

@@ -29,7 +29,7 @@ from .launcher import ServerProcess
 from .sync_drive import Editor, Recorder, edit_key, percentiles
 
 
-def add_cluster_bench_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--editors", type=int, default=30)
     parser.add_argument("--docs", type=int, default=3)
@@ -170,7 +170,7 @@ def _run_config(
     return result
 
 
-def run_cluster_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         root = Path(tmp)

@@ -99,7 +99,7 @@ RUNS_OPENAI_EXTRA = (
 )
 
 
-def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cases", default="default", choices=sorted(CASE_COUNTS), help="how many cuts"
     )
@@ -157,7 +157,7 @@ def _generations(cases: list[Case], results: dict[str, dict[str, Generation]]) -
     }
 
 
-def run_quality_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     runs = _choose_runs(args.runs, bool(args.openai_url))
     where = _upstream_address(args.openai_url) if args.openai_url else ""
     began, cpu_began = time.perf_counter(), _cpu_seconds()

@@ -289,7 +289,7 @@ def plot(report: dict[str, Any], runs: list[Run], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plot", file=sys.stderr)
+        print("matplotlib is not installed: no plot (pip install 'tether[bench]')", file=sys.stderr)
         return
     figure, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
     colours = plt.get_cmap("tab20")

@@ -49,7 +49,7 @@ _DOC = "shape"
 _DEFAULT_SIZES = "2000,4000,8000,16000,32000"
 
 
-def add_shapes_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shapes")
     parser.add_argument("--sizes", default=_DEFAULT_SIZES, help="comma-separated N")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
@@ -58,7 +58,7 @@ def add_shapes_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--one", nargs=2, metavar=("SHAPE", "N"), help=argparse.SUPPRESS)
 
 
-def run_shapes_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.one:
         print(json.dumps(asyncio.run(_measure(args.one[0], int(args.one[1])))))
         return 0
@@ -220,8 +220,8 @@ def _line(row: dict[str, Any], previous: dict[str, Any] | None) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tether.bench.shapes")
-    add_shapes_arguments(parser)
-    return run_shapes_bench(parser.parse_args())
+    add_arguments(parser)
+    return run(parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ from .sync_compare import plot, run_compare
 from .sync_drive import ai_settings, drive
 
 
-def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--editors", type=int, default=50)
     parser.add_argument("--docs", type=int, default=1)
     parser.add_argument("--rate", type=float, default=5.0, help="chars/s per editor")
@@ -93,7 +93,7 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run_sync_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.compare is not None:
         result = run_compare(args)
         if args.png_out:

@@ -214,7 +214,7 @@ def plot(summary: dict[str, Any], png_out: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG (pip install matplotlib)")
+        print("matplotlib is not installed: no PNG (pip install 'tether[bench]')")
         return
     labels = list(summary["reps"])
     panels = [
