@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.client import DocumentHandle, TetherClient
 from tether.protocol.ai import Accept
-from tether.protocol.client import DocumentHandle, TetherClient
 
 from .ai_requests import (
     SEED_TEXT,

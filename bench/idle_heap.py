@@ -21,8 +21,7 @@ from pathlib import Path
 import psutil
 import uvicorn
 
-from tether.collab.config import Settings
-from tether.collab.server import create_app
+from tether import Settings, create_app
 from tether.collab.transport.raw_frames import RawFramesProtocol
 
 from .launcher import free_port

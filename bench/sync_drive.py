@@ -417,8 +417,8 @@ def server_figures(
 async def _ask_forever(url: str, token: str, stop: asyncio.Event) -> int:
     """One more editor typing and asking for suggestions back to back, a new context each time
     (so the model, not the cache, answers); returns how many completed."""
+    from tether.client import TetherClient
     from tether.protocol.ai import Suggest
-    from tether.protocol.client import TetherClient
 
     completed = 0
     async with TetherClient(url, token=token) as client:
