@@ -19,6 +19,7 @@ COPY pyproject.toml README.md ./
 COPY collab ./collab
 COPY ai ./ai
 COPY protocol ./protocol
+COPY bench ./bench
 COPY tether ./tether
 COPY web/dist ./web/dist
 RUN pip install --no-cache-dir --prefix=/install . \

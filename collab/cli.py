@@ -12,6 +12,7 @@ import socket
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 from .config import (
     ENV_PREFIX,
@@ -39,24 +40,7 @@ _DESCRIPTION = (
     " 'tether COMMAND --help' shows a command's options; every 'serve' flag is also a"
     " TETHER_* environment variable."
 )
-_MODEL_HELP = "llama.cpp prompt and decode speed, build against build"
-_IDLE_HELP = "memory per idle connection, and fan-out latency while thousands idle"
-_QUALITY_HELP = "suggestion quality per prompt, stopping rule and model, against TTFT"
-_STORM_HELP = "rounds of clients that connect, sync, edit once and vanish: RSS must come back"
-_BIGDOC_HELP = "server CPU per MB appended as one document grows (cost must not grow)"
-_RECONNECT_HELP = "an editor reconnects with a burst of offline edits: does everyone stall?"
-_WORKER_HELP = "what the process hop to the model worker adds to time-to-first-token"
 _CLUSTER_HELP = "local trial: N nodes on PostgreSQL and Redis behind a loopback balancer"
-_CLUSTER_BENCH_HELP = "sync latency and CPU: 1 node SQLite, 1 node PostgreSQL, N nodes + Redis"
-_STARTUP_HELP = "time from tether serve to the first acknowledged edit, and to AI ready"
-_SHAPES_HELP = "what one adversarial update costs on the receive and load paths, as N grows"
-_ATTACKS_HELP = (
-    "what each hostile input costs everyone else (loop lag, bystanders, RSS), checkout against"
-    " checkout: the update, flood and slow-client shapes, and the rich-text, Markdown, AI and"
-    " model-server ones"
-)
-_RICH_AI_HELP = "time to first token on a rich (Tiptap) document vs the same text as plain"
-_REWRITES_HELP = "how many rewrites drop numbers, dates, names... and how many are flagged"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,137 +82,27 @@ def main(argv: list[str] | None = None) -> int:
     token.add_argument("--name", default=None)
 
     cluster = commands.add_parser("cluster", help=_CLUSTER_HELP)
-    if "cluster" in (sys.argv[1:] if argv is None else argv):
-        from .bench.cluster_launch import add_cluster_arguments
-
-        add_cluster_arguments(cluster)
-
     bench = commands.add_parser("bench", help="benchmarks (not tests)")
-    bench_kinds = bench.add_subparsers(dest="bench", required=True)
     words = sys.argv[1:] if argv is None else argv
-    if "bench" in words:  # the server never imports benchmark code (or its dependencies)
-        from .bench.ai import add_ai_arguments
-        from .bench.bigdoc import add_bigdoc_arguments
-        from .bench.idle import add_idle_arguments
-        from .bench.model import add_model_arguments
-        from .bench.reconnect import add_reconnect_arguments
-        from .bench.startup import add_startup_arguments
-        from .bench.storm import add_storm_arguments
-        from .bench.sync import add_sync_arguments
-        from .bench.worker_hop import add_worker_arguments
-
-        add_sync_arguments(bench_kinds.add_parser("sync", help="sync fan-out and ack latency"))
-        add_ai_arguments(bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP"))
-        add_model_arguments(bench_kinds.add_parser("model", help=_MODEL_HELP))
-        add_startup_arguments(bench_kinds.add_parser("startup", help=_STARTUP_HELP))
-        add_worker_arguments(bench_kinds.add_parser("worker", help=_WORKER_HELP))
-        from .bench.cluster_sync import add_cluster_bench_arguments
-
-        add_cluster_bench_arguments(bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP))
-        add_bigdoc_arguments(bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP))
-        add_storm_arguments(bench_kinds.add_parser("storm", help=_STORM_HELP))
-        add_idle_arguments(bench_kinds.add_parser("idle", help=_IDLE_HELP))
-        add_reconnect_arguments(bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP))
-        from .bench.shapes import add_shapes_arguments
-
-        add_shapes_arguments(bench_kinds.add_parser("shapes", help=_SHAPES_HELP))
-        from .bench.attacks import add_attacks_arguments
-
-        add_attacks_arguments(bench_kinds.add_parser("attacks", help=_ATTACKS_HELP))
-        from .bench.quality import add_quality_arguments
-
-        add_quality_arguments(bench_kinds.add_parser("quality", help=_QUALITY_HELP))
-        from .bench.rich_ai import add_rich_ai_arguments
-
-        add_rich_ai_arguments(bench_kinds.add_parser("rich-ai", help=_RICH_AI_HELP))
-        from .bench.rewrites import add_rewrites_arguments
-
-        add_rewrites_arguments(bench_kinds.add_parser("rewrites", help=_REWRITES_HELP))
-    else:
-        bench_kinds.add_parser("sync", help="sync fan-out and ack latency")
-        bench_kinds.add_parser("ai", help="suggestion latency: socket vs HTTP")
-        bench_kinds.add_parser("model", help=_MODEL_HELP)
-        bench_kinds.add_parser("startup", help=_STARTUP_HELP)
-        bench_kinds.add_parser("worker", help=_WORKER_HELP)
-        bench_kinds.add_parser("cluster", help=_CLUSTER_BENCH_HELP)
-        bench_kinds.add_parser("bigdoc", help=_BIGDOC_HELP)
-        bench_kinds.add_parser("storm", help=_STORM_HELP)
-        bench_kinds.add_parser("idle", help=_IDLE_HELP)
-        bench_kinds.add_parser("reconnect", help=_RECONNECT_HELP)
-        bench_kinds.add_parser("quality", help=_QUALITY_HELP)
-        bench_kinds.add_parser("shapes", help=_SHAPES_HELP)
-        bench_kinds.add_parser("attacks", help=_ATTACKS_HELP)
-        bench_kinds.add_parser("rich-ai", help=_RICH_AI_HELP)
-        bench_kinds.add_parser("rewrites", help=_REWRITES_HELP)
+    # The benchmarks live beside the server (tether.bench, with their own table of commands):
+    # imported only when the command line names one of their two commands, never by the server.
+    bench_commands = _bench_commands() if {"bench", "cluster"} & set(words) else None
+    if bench_commands is not None:
+        bench_commands.add_commands(cluster, bench, words)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         return _serve(args)
     if args.command == "token":
         return _token(args)
-    if args.command == "cluster":
-        from .bench.cluster_launch import run_cluster
+    assert bench_commands is not None  # bench or cluster: on the command line
+    return int(bench_commands.run(args))
 
-        return run_cluster(args)
-    if args.bench == "cluster":
-        from .bench.cluster_sync import run_cluster_bench
 
-        return run_cluster_bench(args)
-    if args.bench == "worker":
-        from .bench.worker_hop import run_worker_bench
+def _bench_commands() -> ModuleType:
+    import tether.bench.commands
 
-        return run_worker_bench(args)
-    if args.bench == "startup":
-        from .bench.startup import run_startup_bench
-
-        return run_startup_bench(args)
-    if args.bench == "model":
-        from .bench.model import run_model_bench
-
-        return run_model_bench(args)
-    if args.bench == "quality":
-        from .bench.quality import run_quality_bench
-
-        return run_quality_bench(args)
-    if args.bench == "idle":
-        from .bench.idle import run_idle_bench
-
-        return run_idle_bench(args)
-    if args.bench == "reconnect":
-        from .bench.reconnect import run_reconnect_bench
-
-        return run_reconnect_bench(args)
-    if args.bench == "storm":
-        from .bench.storm import run_storm_bench
-
-        return run_storm_bench(args)
-    if args.bench == "rich-ai":
-        from .bench.rich_ai import run_rich_ai_bench
-
-        return run_rich_ai_bench(args)
-    if args.bench == "rewrites":
-        from .bench.rewrites import run_rewrites_bench
-
-        return run_rewrites_bench(args)
-    if args.bench == "bigdoc":
-        from .bench.bigdoc import run_bigdoc_bench
-
-        return run_bigdoc_bench(args)
-    if args.bench == "shapes":
-        from .bench.shapes import run_shapes_bench
-
-        return run_shapes_bench(args)
-    if args.bench == "attacks":
-        from .bench.attacks import run_attacks_bench
-
-        return run_attacks_bench(args)
-    if args.bench == "ai":
-        from .bench.ai import run_ai_bench
-
-        return run_ai_bench(args)
-    from .bench.sync import run_sync_bench
-
-    return run_sync_bench(args)
+    return tether.bench.commands
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.serverproc import ServerProcess
-from tether.collab.bench.engines import PostgresServer, RedisServer, postgres_bindir, redis_binary
+from tether.bench.engines import PostgresServer, RedisServer, postgres_bindir, redis_binary
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def fresh_server(tmp_path: Path) -> Iterator[ServerProcess]:
         proc.stop()
 
 
-# -- real engines for the scale-out tests (see collab.bench.engines) ---------------------------
+# -- real engines for the scale-out tests (see bench.engines) ---------------------------
 
 
 @pytest.fixture(scope="session")

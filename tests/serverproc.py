@@ -1,8 +1,8 @@
-"""The real server as a subprocess for tests (see ``collab.bench.launcher``)."""
+"""The real server as a subprocess for tests (see ``bench.launcher``)."""
 
 from __future__ import annotations
 
-from tether.collab.bench.launcher import DEFAULT_SECRET, ServerProcess, free_port
+from tether.bench.launcher import DEFAULT_SECRET, ServerProcess, free_port
 
 SECRET = DEFAULT_SECRET
 

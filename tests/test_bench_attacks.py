@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tether.collab.bench.attack_kinds import stall_attacks
+from tether.bench.attack_kinds import stall_attacks
 from tether.collab.cli import main
 
 

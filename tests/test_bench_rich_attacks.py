@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tether.collab.bench.attack_kinds import build_attacks, stall_attacks
+from tether.bench.attack_kinds import build_attacks, stall_attacks
 from tether.collab.cli import main
 
 SCALE = "0.005"

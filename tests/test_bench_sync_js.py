@@ -99,7 +99,7 @@ async def test_the_durable_hocuspocus_stores_what_an_editor_typed() -> None:
     """What makes it the durable peer: the typed text reaches its SQLite file (debounced)."""
     if not EXTENSION.is_dir():
         pytest.skip(NO_EXTENSION)
-    from tether.collab.bench.hocuspocus import HocuspocusProcess
+    from tether.bench.hocuspocus import HocuspocusProcess
     from tether.protocol.client import TetherClient
 
     with HocuspocusProcess(durable=True) as hocuspocus:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.test_bench_rich_attacks import assert_a_full_row, run
-from tether.collab.bench.attack_kinds import build_attacks
-from tether.collab.bench.rich_attacks import deep_json, empty_paragraphs_json, nested_html
+from tether.bench.attack_kinds import build_attacks
+from tether.bench.rich_attacks import deep_json, empty_paragraphs_json, nested_html
 
 SCALE = 0.005
 

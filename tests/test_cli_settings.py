@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tether.collab.bench.launcher import REPO, free_port
+from tether.bench.launcher import REPO, free_port
 from tether.collab.config import SIZES, Settings
 from tether.collab.serve_flags import GROUPS
 from tether.collab.sizes import UNITS, parse_size

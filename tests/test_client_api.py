@@ -13,8 +13,8 @@ from websockets.asyncio import client as websockets_client
 
 from tests.ai.asking import UNSHAPED
 from tests.serverproc import ServerProcess
+from tether.bench.launcher import free_port
 from tether.client import ConnectionFailedError, TetherClient
-from tether.collab.bench.launcher import free_port
 from tether.protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionStart
 
 pytestmark = pytest.mark.anyio

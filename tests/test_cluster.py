@@ -23,7 +23,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.rawpeer import MuxPeer, RawDoc
 from tests.serverproc import ServerProcess
-from tether.collab.bench.engines import PostgresServer, RedisServer
+from tether.bench.engines import PostgresServer, RedisServer
 
 pytestmark = pytest.mark.anyio
 

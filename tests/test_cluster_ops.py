@@ -17,7 +17,7 @@ import pytest
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tests.test_cluster import Nodes, converged, editors, stored_text, tok
-from tether.collab.bench.engines import PgBouncer, PostgresServer, RedisServer, pgbouncer_binary
+from tether.bench.engines import PgBouncer, PostgresServer, RedisServer, pgbouncer_binary
 from tether.collab.cluster.ledger import Ledger
 from tether.collab.storage.postgres import PostgresStore
 from tether.collab.storage.store import StorageError

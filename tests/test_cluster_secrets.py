@@ -23,8 +23,8 @@ import pytest
 from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
 from tests.test_cluster_ops import health_until
-from tether.collab.bench.engines import PostgresServer, RedisServer
-from tether.collab.bench.launcher import REPO, free_port
+from tether.bench.engines import PostgresServer, RedisServer
+from tether.bench.launcher import REPO, free_port
 from tether.collab.runtime.log_redaction import redact, redact_url
 
 pytestmark = pytest.mark.anyio

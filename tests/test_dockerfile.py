@@ -11,7 +11,7 @@ import uuid
 import httpx
 import pytest
 
-from tether.collab.bench.launcher import REPO, free_port
+from tether.bench.launcher import REPO, free_port
 
 pytestmark = pytest.mark.slow
 

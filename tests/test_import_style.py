@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("collab", "ai", "protocol")
+PACKAGES = ("collab", "ai", "protocol", "bench")
 HOST_OWN = "the host's own"  # a test host importing its own modules of those names
 
 

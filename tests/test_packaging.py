@@ -84,7 +84,7 @@ def test_the_wheel_installs_into_a_fresh_venv_and_serves_its_editor(tmp_path: Pa
     (wheel,) = wheels.glob("tether-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "tether/web/dist/editor.js" in names and "tether/protocol/PROTOCOL.md" in names
-    assert not [n for n in names if n.split("/")[0] in ("collab", "ai", "protocol", "web")]
+    assert not [n for n in names if n.split("/")[0] in ("collab", "ai", "protocol", "bench", "web")]
 
     # A fresh venv; its dependencies come from the shared venv's site-packages (a .pth line:
     # not a site directory, so that venv's editable tether finder is not installed here).

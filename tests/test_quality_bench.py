@@ -20,26 +20,19 @@ from tests.ai.sse_upstream import Upstream, serve_upstream
 from tether.ai.text.context import COMPLETE_PREFIX
 from tether.ai.text.junk import CHAT, ECHO, EMPTY, LANGUAGE, LOOP, junk_kind, words
 from tether.ai.text.stopping import heal_output, stop_at
-from tether.collab.bench.quality import (
-    REFERENCE,
-    RUNS_DEFAULT,
-    RUNS_OPENAI,
-    SURE_VIEWS,
-    Run,
-    choose_cases,
-)
-from tether.collab.bench.quality_corpus import Case, is_prose, make_cases, split_of
-from tether.collab.bench.quality_drive import (
+from tether.bench.quality import REFERENCE, RUNS_DEFAULT, RUNS_OPENAI, choose_cases
+from tether.bench.quality_corpus import Case, is_prose, make_cases, split_of
+from tether.bench.quality_drive import (
     Upstream as UpstreamAddress,
 )
-from tether.collab.bench.quality_drive import (
+from tether.bench.quality_drive import (
     build_prompt,
     covers,
     decided,
     drive_openai,
     every_nth,
 )
-from tether.collab.bench.quality_metrics import (
+from tether.bench.quality_metrics import (
     bootstrap,
     chrf,
     leading_agreement,
@@ -47,6 +40,7 @@ from tether.collab.bench.quality_metrics import (
     paired_difference,
     score,
 )
+from tether.bench.quality_runs import SURE_VIEWS, Run
 
 PROSE = (
     "The server keeps every document in memory while editors are connected, and writes "
@@ -294,7 +288,7 @@ def test_an_upstream_that_refuses_is_skipped_with_its_reason() -> None:
 
 
 def test_upstream_addresses_are_checked_and_shown_without_credentials() -> None:
-    from tether.collab.bench.quality import _choose_runs, _upstream_address
+    from tether.bench.quality import _choose_runs, _upstream_address
 
     shown = _upstream_address("http://user:secret@127.0.0.1:8000/v1?key=k")
     assert shown == "http://127.0.0.1:8000/v1"

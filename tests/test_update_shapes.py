@@ -18,7 +18,7 @@ from tests.httppeer import HttpMuxPeer
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, RawDoc
 from tests.serverproc import ServerProcess
-from tether.collab.bench.shape_updates import (
+from tether.bench.shape_updates import (
     Shape,
     backwards_pairs,
     fragmenting_deletes,

@@ -3,10 +3,11 @@ Python API for host apps. The public surface is what this module exports; see
 docs/embedding.md.
 
 The code lives in three packages, ``tether.collab`` (documents, rooms, the server),
-``tether.ai`` and ``tether.protocol`` (sans-IO wire format and the Python client). Installed,
-they are subpackages of ``tether``, so a host app with its own ``protocol`` or ``collab``
-module is unaffected. In a source checkout they stay at the repository's top level
-(``collab/``, ``ai/``, ``protocol/``): this package then reaches them through its ``__path__``.
+``tether.ai`` and ``tether.protocol`` (sans-IO wire format and the Python client), with the
+benchmarks beside them in ``tether.bench`` (which none of them imports). Installed, they are
+subpackages of ``tether``, so a host app with its own ``protocol`` or ``collab`` module is
+unaffected. In a source checkout they stay at the repository's top level (``collab/``, ``ai/``,
+``protocol/``, ``bench/``): this package then reaches them through its ``__path__``.
 """
 
 from __future__ import annotations

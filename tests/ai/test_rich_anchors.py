@@ -136,7 +136,7 @@ def test_positions_that_are_not_in_text_are_refused(positions: dict[str, Any]) -
 
 def test_reading_after_an_edit_renders_only_the_edited_block() -> None:
     from tether.ai.suggest.document_text import DocumentText
-    from tether.collab.bench.rich_ai import paragraphs, write_rich
+    from tether.bench.rich_ai import paragraphs, write_rich
 
     doc = Doc()
     last = write_rich(doc, paragraphs(0.05))

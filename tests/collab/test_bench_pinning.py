@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tether.collab.bench.pinning import pinned, split_cpus
+from tether.bench.pinning import pinned, split_cpus
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs")
 

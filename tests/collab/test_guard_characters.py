@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.collab.bench.shape_updates import OWNER, item, string, update
+from tether.bench.shape_updates import OWNER, item, string, update
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused
 from tether.protocol.update_merge import scan_merged
 from tether.protocol.update_scan import STRING

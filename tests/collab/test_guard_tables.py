@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from pycrdt import Doc, Map
 
-from tether.collab.bench.shape_updates import many_clients, many_roots, map_entries
+from tether.bench.shape_updates import many_clients, many_roots, map_entries
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused
 from tether.protocol.update_merge import scan_merged
 

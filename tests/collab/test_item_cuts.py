@@ -9,7 +9,7 @@ import re
 import pytest
 from pycrdt import Doc, Text
 
-from tether.collab.bench.shape_updates import (
+from tether.bench.shape_updates import (
     ATTACKER,
     OWNER,
     fragmenting_deletes,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pycrdt import Doc, Text
 
-from tether.collab.bench.shape_updates import (
+from tether.bench.shape_updates import (
     ATTACKER,
     OWNER,
     backwards_pairs,

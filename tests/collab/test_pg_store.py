@@ -13,7 +13,7 @@ import anyio
 import asyncpg
 import pytest
 
-from tether.collab.bench.engines import PostgresServer
+from tether.bench.engines import PostgresServer
 from tether.collab.cluster.ledger import Ledger
 from tether.collab.storage.postgres import PostgresStore
 from tether.collab.storage.sequenced import Committed

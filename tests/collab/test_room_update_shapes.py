@@ -10,7 +10,7 @@ import pytest
 from pycrdt import Doc, Text
 
 from tests.collab.test_room import Capture, make_peer, make_room, room_settings
-from tether.collab.bench.shape_updates import fragmenting_deletes, unmerged_run
+from tether.bench.shape_updates import fragmenting_deletes, unmerged_run
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.document_edits import import_update
 from tether.collab.rooms.manager import DocumentQuarantined, RoomManager

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from pycrdt import Doc, XmlFragment
 
-from tether.collab.bench.shape_updates import (
+from tether.bench.shape_updates import (
     ATTACKER,
     OWNER,
     backwards_pairs,

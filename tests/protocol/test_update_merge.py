@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pycrdt import Array, Doc, Map, Text, merge_updates
 
 from tests.jsclient import yjs_applied
-from tether.collab.bench.shape_updates import (
+from tether.bench.shape_updates import (
     ATTACKER,
     OWNER,
     any_integer,

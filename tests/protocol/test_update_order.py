@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pycrdt import Array, Doc, Text, merge_updates
 
 from tests.protocol.test_update_merge import _history, edits
-from tether.collab.bench.shape_updates import (
+from tether.bench.shape_updates import (
     ATTACKER,
     TEXT,
     fragmenting_deletes,

@@ -20,17 +20,17 @@ from pathlib import Path
 
 import httpx
 
-from tether.protocol.client import TetherClient
+from tether.client import TetherClient
 
 from .launcher import DEFAULT_SECRET, free_port
 
 
-def add_startup_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--ai-provider", default="local", help="local or none")
 
 
-def run_startup_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     first_edit: list[float] = []
     ai_ready: list[float] = []
     with tempfile.TemporaryDirectory(prefix="tether-startup-") as scratch:

@@ -1,7 +1,7 @@
 """``tether bench shapes``: what one adversarial update costs on the server's real paths, and how
 that cost grows with its size (issue 26: no single update may stall the event loop).
 
-For each shape (``collab.bench.shape_updates``) and size N, a child process builds a room from
+For each shape (``bench.shape_updates``) and size N, a child process builds a room from
 an in-memory store holding the shape's setup, attaches the attacker and one other peer, and
 times the attack's way in as a connection takes it (``Room.receive_update``, read in a worker
 thread first when big: scan, merge, guard, origin order, apply, admit, broadcast) and the
@@ -32,23 +32,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..auth.tokens import OPEN_GRANT
-from ..hooks import Hooks
-from ..rooms.manager import DocumentQuarantined, RoomManager
-from ..rooms.peer import Peer
-from ..rooms.room import InvalidUpdate
-from ..rooms.settings import RoomSettings
-from ..runtime.metrics import Metrics
-from ..storage.store import MemoryStore, Store
-from ..transport.outbox import Outbox
-from ..updates.reading import reads_off_loop
+from tether.collab.auth.tokens import OPEN_GRANT
+from tether.collab.hooks import Hooks
+from tether.collab.rooms.manager import DocumentQuarantined, RoomManager
+from tether.collab.rooms.peer import Peer
+from tether.collab.rooms.room import InvalidUpdate
+from tether.collab.rooms.settings import RoomSettings
+from tether.collab.runtime.metrics import Metrics
+from tether.collab.storage.store import MemoryStore, Store
+from tether.collab.transport.outbox import Outbox
+from tether.collab.updates.reading import reads_off_loop
+
 from .shape_updates import SHAPES
 
 _DOC = "shape"
 _DEFAULT_SIZES = "2000,4000,8000,16000,32000"
 
 
-def add_shapes_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated shapes")
     parser.add_argument("--sizes", default=_DEFAULT_SIZES, help="comma-separated N")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per case")
@@ -57,7 +58,7 @@ def add_shapes_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--one", nargs=2, metavar=("SHAPE", "N"), help=argparse.SUPPRESS)
 
 
-def run_shapes_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.one:
         print(json.dumps(asyncio.run(_measure(args.one[0], int(args.one[1])))))
         return 0
@@ -78,9 +79,9 @@ def run_shapes_bench(args: argparse.Namespace) -> int:
 
 
 def _child(shape: str, size: int, timeout: float, memory_mb: int) -> dict[str, Any]:
-    root = Path(__file__).resolve().parents[2]  # the checkout holding this tether
+    root = Path(__file__).resolve().parents[1]  # the checkout holding this tether
     env = {**os.environ, "PYTHONPATH": str(root)}
-    command = [sys.executable, "-m", "tether.collab.bench.shapes", "--one", shape, str(size)]
+    command = [sys.executable, "-m", "tether.bench.shapes", "--one", shape, str(size)]
     limit = memory_mb * 1024 * 1024
 
     def cap_memory() -> None:
@@ -218,9 +219,9 @@ def _line(row: dict[str, Any], previous: dict[str, Any] | None) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m tether.collab.bench.shapes")
-    add_shapes_arguments(parser)
-    return run_shapes_bench(parser.parse_args())
+    parser = argparse.ArgumentParser(prog="python -m tether.bench.shapes")
+    add_arguments(parser)
+    return run(parser.parse_args())
 
 
 if __name__ == "__main__":

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tether.client import DocumentHandle, TetherClient
 from tether.protocol.ai import Accept
-from tether.protocol.client import DocumentHandle, TetherClient
 
 from .ai_requests import (
     SEED_TEXT,
@@ -492,7 +492,7 @@ def _plot_repeated(writer: _Reviser, baseline: list[Sample], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG (pip install matplotlib)")
+        print("matplotlib is not installed: no PNG (pip install 'tether[bench]')")
         return
     samples = [a.sample for a in writer.asks if a.sample.error is None and a.sample.source]
     sources = [s for s in SOURCES if any(x.source == s for x in samples)]

@@ -34,7 +34,7 @@ _WORDS = ("lorem ", "ipsum ", "dolor ", "sit ", "amet ", "sed ", "do ", "elit ")
 _BIG = 512  # bytes: the typist's updates are smaller, the burst's broadcast is not
 
 
-def add_reconnect_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kb", type=int, default=100, help="document size before the burst")
     parser.add_argument("--authors", type=int, default=3)
     parser.add_argument("--offline-edits", type=int, default=2000)
@@ -172,7 +172,7 @@ async def drive(args: argparse.Namespace, server: ServerProcess) -> dict[str, An
     }
 
 
-def run_reconnect_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as data_dir:
         with ServerProcess(Path(data_dir), ai_provider="none") as server:
             result = asyncio.run(drive(args, server))

@@ -7,7 +7,7 @@ The session: an editor types, pauses, asks for a completion at the cursor, keeps
 again; other editors type elsewhere in the document meanwhile. Reports TTFT, inter-token
 latency and end-to-end time (client-side) for both, and the ratios b/a, as JSON and a PNG.
 With ``--workload repeated`` (or ``all``: both) it runs a second scenario, writers revising
-(``collab.bench.ai_repeated``). The requests themselves are timed in ``collab.bench.ai_requests``.
+(``bench.ai_repeated``). The requests themselves are timed in ``bench.ai_requests``.
 All traffic goes to a server this command starts on 127.0.0.1. A benchmark, not a test.
 """
 
@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tether.protocol.client import TetherClient
+from tether.client import TetherClient
 
 from .ai_repeated import REPEATED_ROUNDS, REVISIONS, run_repeated_bench
 from .ai_requests import (
@@ -49,13 +49,13 @@ TYPED = [
 WORKLOADS = ("session", "repeated", "all")
 
 
-def add_ai_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--upstreams",
         type=int,
         default=0,
         help="N >= 2: N model servers (llama_cpp.server) behind tether, one upstream vs"
-        " round-robin vs affinity side by side (collab/bench/ai_upstreams.py)",
+        " round-robin vs affinity side by side (bench/ai_upstreams.py)",
     )
     parser.add_argument(
         "--docs", type=int, default=7, help="--upstreams: documents, one editor each"
@@ -176,7 +176,7 @@ async def _session(server: ServerProcess, way: str, args: argparse.Namespace) ->
     return samples
 
 
-def run_ai_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if getattr(args, "upstreams", 0):
         from .ai_upstreams import run_upstreams_bench
 
@@ -224,7 +224,7 @@ def _plot(baseline: list[Sample], tether: list[Sample], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG (pip install matplotlib)")
+        print("matplotlib is not installed: no PNG (pip install 'tether[bench]')")
         return
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for samples, label in ((baseline, "HTTP baseline"), (tether, "tether socket")):

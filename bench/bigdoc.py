@@ -35,7 +35,7 @@ from .peer import BenchPeer
 _MB = 1024 * 1024
 
 
-def add_bigdoc_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mb", type=float, default=20.0, help="document size to reach")
     parser.add_argument("--slice-mb", type=float, default=2.0, help="bytes per CPU reading")
     parser.add_argument("--paragraph-bytes", type=int, default=100)
@@ -182,7 +182,7 @@ def _plot(result: dict[str, Any], png_out: str) -> None:
     plt.close(fig)
 
 
-def run_bigdoc_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     if args.url is not None:
         if args.server_pid is None:
             raise SystemExit("--server-pid is required with --url (whose CPU to read)")

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from tether.ai.text.faithful import KINDS, dropped
+from tether.client import TetherClient
 from tether.protocol.ai import Suggest
-from tether.protocol.client import TetherClient
 
 from .launcher import REPO, ServerProcess
 from .llama_upstream import LlamaServer, missing_modules
@@ -40,7 +40,7 @@ ALIAS = "rewrite-upstream"
 _SENTENCE_END = re.compile(r"[.!?]\s*$")
 
 
-def add_rewrites_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare",
         type=Path,
@@ -65,7 +65,7 @@ def add_rewrites_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", type=Path, default=None)
 
 
-def run_rewrites_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     passages = list(PASSAGES[: args.limit])
     checkouts = [("this", REPO)]
     if args.compare is not None:
@@ -93,15 +93,15 @@ def run_rewrites_bench(args: argparse.Namespace) -> int:
                 workdir = Path(tmp) / f"{provider}-{label}"
                 with ServerProcess(workdir, repo=checkout, **settings) as server:
                     rows = asyncio.run(_drive(server, passages, args.max_tokens))
-                run = {
+                trial = {
                     "provider": provider,
                     "checkout": label,
                     "commit": _commit(checkout),
                     "summary": summarize(rows),
                     "rewrites": rows,
                 }
-                result["runs"].append(run)
-                _print_run(run, args.show)
+                result["runs"].append(trial)
+                _print_run(trial, args.show)
     _print_table(result["runs"])
     if args.json_out is not None:
         args.json_out.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")

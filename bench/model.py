@@ -52,7 +52,7 @@ print(json.dumps({"prompt_tokens": len(tokens), "prompt_tps": len(tokens) / prom
 """
 
 
-def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--build",
         action="append",
@@ -66,7 +66,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="", help="GGUF file (default: the shipped model)")
 
 
-def run_model_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from tether.ai.model.providers.local import default_model_path
 
     model = args.model or str(default_model_path())

@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
+from tether.client import DocumentHandle, TetherClient
 from tether.protocol.ai import Suggest
-from tether.protocol.client import DocumentHandle, TetherClient
 
 from .launcher import ServerProcess
 

@@ -2,9 +2,9 @@
 on the node where the document is warm (its editor has been asking there) against a node that
 has just loaded it (an editor reconnected elsewhere), with the real embedded model on both.
 
-    python -m tether.collab.bench.ai_nodes --requests 20
+    python -m tether.bench.ai_nodes --requests 20
 
-Two nodes on one throwaway PostgreSQL and Redis (``collab.bench.engines``). For each of N
+Two nodes on one throwaway PostgreSQL and Redis (``bench.engines``). For each of N
 documents: an editor on node 0 types the seed text and asks once (warming node 0), types a
 few characters and asks again (a *warm* sample); then an editor on node 1, where the document
 was never loaded, opens it and asks at the same place (a *just loaded* sample), then types
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tether.protocol.client import TetherClient
+from tether.client import TetherClient
 
 from .ai_requests import SEED_TEXT, Sample, ask_socket, percentiles
 from .cluster_launch import LocalCluster

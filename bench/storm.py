@@ -29,7 +29,7 @@ from .launcher import ServerProcess
 from .peer import BenchPeer
 
 
-def add_storm_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clients", type=int, default=500, help="clients per round")
     parser.add_argument("--docs", type=int, default=100)
     parser.add_argument("--rounds", type=int, default=10)
@@ -136,7 +136,7 @@ def _plot(result: dict[str, Any], png_out: str) -> None:
     plt.close(fig)
 
 
-def run_storm_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     silent = args.vanish == "silent"
     with tempfile.TemporaryDirectory() as data_dir:
         server = ServerProcess(

@@ -7,7 +7,7 @@ persists, debounced), ``with-ai`` (this checkout again, its embedded model decod
 for one editor who asks for a suggestion after each answer, the python driver's: how much sync
 pays for AI load, reported as ``with-ai/this``), and any other tether checkout given by path (a
 git worktree of an older commit: the "before" build; its own code runs, from its directory).
-Each rep starts a fresh server per target, drives it with ``collab.bench.sync.drive`` and stops
+Each rep starts a fresh server per target, drives it with ``bench.sync_drive.drive`` and stops
 it; the targets take turns, in an order that rotates each rep, so drift in the machine's load
 spreads over all of them. Reported: per target the median over reps of server CPU s per 1000
 edits, fan-out and ack p50/p99, and this checkout's ratio to each other target; every rep's
@@ -28,7 +28,7 @@ from typing import Any
 from .hocuspocus import HocuspocusProcess
 from .launcher import REPO, ServerProcess
 from .pinning import pinned
-from .sync import ai_settings, drive
+from .sync_drive import ai_settings, drive
 
 HOCUSPOCUS = "hocuspocus"
 HOCUSPOCUS_SQLITE = "hocuspocus-sqlite"
@@ -214,7 +214,7 @@ def plot(summary: dict[str, Any], png_out: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no PNG (pip install matplotlib)")
+        print("matplotlib is not installed: no PNG (pip install 'tether[bench]')")
         return
     labels = list(summary["reps"])
     panels = [

@@ -19,10 +19,10 @@ import contextlib
 import functools
 import random
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether.ai.errors import ProviderError, ProviderUnavailable
 from tether.ai.model.providers.base import (
@@ -36,28 +36,11 @@ from tether.ai.text.regions import RegionIndex
 from tether.ai.text.stopping import heal_output, heal_prompt, settled
 
 from .quality_corpus import Case
-
-if TYPE_CHECKING:
-    from .quality import Run
+from .quality_runs import Generation, Run
 
 MAX_TOKENS = 24  # the server's default token limit (--ai-max-tokens)
 SEED = 15
 Progress = Callable[[str], None]
-
-
-@dataclass(slots=True)
-class Generation:
-    text: str  # what the model wrote (up to where the run's longest rule decided)
-    ttft: float | None
-    decode_tps: float | None
-    prompt_chars: int
-    pieces: int = 0
-    shown: str = ""  # what the editor would see (after healing)
-    ttft_kind: str = "warm"  # cold: whole prompt evaluated; warm: prefix reused; wire: upstream
-    error: str = ""
-    # Where each piece ends in ``shown`` and the model's confidence in it (``Piece``), for
-    # the ``sure`` rule's views.
-    confidences: list[tuple[int, float | None]] = field(default_factory=list)
 
 
 # ---- prompts ---------------------------------------------------------------------------------
@@ -309,7 +292,3 @@ def _report(progress: Progress, label: str, number: int, total: int, began: floa
     if number % 25 == 0 or number == total:
         spent = time.perf_counter() - began
         progress(f"  {label}: {number}/{total} cases, {spent:.0f} s")
-
-
-def errors(generations: Iterable[Generation]) -> int:
-    return sum(1 for g in generations if g.error)

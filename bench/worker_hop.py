@@ -21,11 +21,11 @@ from tether.ai.model.providers.base import Cancellation, GenerationRequest
 PROMPT = "Meeting notes, product sync. We agreed that the onboarding flow needs fewer steps, and"
 
 
-def add_worker_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=30)
 
 
-def run_worker_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     return asyncio.run(_run(args.rounds))
 
 

@@ -24,10 +24,10 @@ from typing import Any
 from pycrdt import Doc, Text, XmlElement, XmlFragment, XmlText
 
 from tether.ai.suggest.document_text import DocumentText
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.client import DocumentHandle, TetherClient
+from tether.collab.updates.guard import UpdateGuard
 from tether.protocol.update_scan import scan_update
 
-from ..updates.guard import UpdateGuard
 from .ai_requests import Sample, _collect, _socket_messages
 from .launcher import ServerProcess
 
@@ -36,7 +36,7 @@ _VERBS = ("watched", "repaired", "described", "remembered", "crossed", "painted"
 _OBJECTS = ("the old pier", "a broken net", "the evening tide", "the long road", "a letter")
 
 
-def add_rich_ai_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--megabytes", type=float, default=1.0, help="size of each document")
     parser.add_argument("--docs", type=int, default=2, help="documents per kind (cold samples)")
     parser.add_argument("--rounds", type=int, default=12, help="warm requests per kind")
@@ -44,7 +44,7 @@ def add_rich_ai_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", dest="json_out", type=Path, default=None)
 
 
-def run_rich_ai_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     result = asyncio.run(_run(args))
     print(json.dumps(result, indent=2))
     if args.json_out is not None:

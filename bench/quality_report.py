@@ -10,18 +10,15 @@ import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether.ai.text.junk import KINDS as JUNK_KINDS
 from tether.ai.text.junk import screen  # the server's junk filter, exactly
 from tether.ai.text.stopping import SURE, stop_at, sure_cut  # what the server applies
 
 from .quality_corpus import KINDS, Case
-from .quality_drive import Generation, errors
 from .quality_metrics import Score, bootstrap, paired_difference, score
-
-if TYPE_CHECKING:
-    from .quality import Run
+from .quality_runs import Generation, Run, errors
 
 SPLITS = ("dev", "heldout")
 ACCEPTABILITY_RULE = (
@@ -292,7 +289,7 @@ def plot(report: dict[str, Any], runs: list[Run], path: Path) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("matplotlib is not installed: no plot", file=sys.stderr)
+        print("matplotlib is not installed: no plot (pip install 'tether[bench]')", file=sys.stderr)
         return
     figure, axes = plt.subplots(1, 2, figsize=(13, 5.5), sharey=True)
     colours = plt.get_cmap("tab20")

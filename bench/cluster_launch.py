@@ -2,7 +2,7 @@
 
 For local trials and benchmarks, not production (see examples/deploy/compose.yml for that shape).
 Without ``--store``/``--bus`` it starts a throwaway PostgreSQL and redis-server of its own
-(``collab.bench.engines``). The balancer is a plain TCP relay that hands each new connection to
+(``bench.engines``). The balancer is a plain TCP relay that hands each new connection to
 the next node in turn, skipping nodes that refuse it: a WebSocket stays on the node it reached,
 and when that node dies its editors reconnect through the balancer to a live one.
 """
@@ -20,14 +20,15 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..runtime.log_redaction import has_password, redact_url
+from tether.collab.runtime.log_redaction import has_password, redact_url
+
 from .engines import PostgresServer, RedisServer
 from .launcher import ServerProcess
 
 _RELAY_CHUNK = 64 * 1024
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--port", type=int, default=8765, help="the balancer's loopback port")
     parser.add_argument(
@@ -130,7 +131,7 @@ class LocalCluster:
             self._pg.close()
 
 
-def run_cluster(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     for flag in ("store", "bus"):
         given = getattr(args, flag)
         if has_password(given) and given != os.environ.get(f"TETHER_{flag.upper()}"):

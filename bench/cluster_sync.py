@@ -26,10 +26,10 @@ from tether.protocol.sync import SyncUpdate
 
 from .engines import PostgresServer, RedisServer
 from .launcher import ServerProcess
-from .sync import Editor, Recorder, _percentiles, edit_key
+from .sync_drive import Editor, Recorder, edit_key, percentiles
 
 
-def add_cluster_bench_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--editors", type=int, default=30)
     parser.add_argument("--docs", type=int, default=3)
@@ -106,9 +106,9 @@ async def drive(args: argparse.Namespace, urls: list[str], token: str) -> dict[s
     return {
         "updates_sent": recorder.sent,
         "acks_received": len(recorder.acks),
-        "fanout_same_node_ms": _percentiles(recorder.same),
-        "fanout_cross_node_ms": _percentiles(recorder.cross),
-        "ack_ms": _percentiles(recorder.acks),
+        "fanout_same_node_ms": percentiles(recorder.same),
+        "fanout_cross_node_ms": percentiles(recorder.cross),
+        "ack_ms": percentiles(recorder.acks),
         "errors": recorder.errors[:5],
     }
 
@@ -170,7 +170,7 @@ def _run_config(
     return result
 
 
-def run_cluster_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     results = []
     with tempfile.TemporaryDirectory(prefix="tether-bench-") as tmp:
         root = Path(tmp)

@@ -6,7 +6,7 @@ And issue 39's hostile trees for the ProseMirror JSON and HTML imports (``tree_a
 JSON document nested 100,000 deep (``json-deep``), one of 300,000 empty paragraphs
 (``json-empty-nodes``), HTML of 100,000 nested tags (``html-nested``).
 
-Each drives the server through its REST API and ``/ws`` only, as ``collab.bench.attack_kinds``
+Each drives the server through its REST API and ``/ws`` only, as ``bench.attack_kinds``
 does, so an old checkout is attacked the same way. Figures a strike measures besides the
 bystanders' (a reader's GET of an unloaded document, a new editor's time to its first sync, a
 render's latency) go in its ``figures``, in milliseconds.

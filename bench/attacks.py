@@ -2,12 +2,12 @@
 (issue 26), measured from outside so that the same run times an old checkout ("before") and a
 new one ("after") side by side.
 
-For each attack (``collab.bench.attack_kinds``: issue 26's findings 1, 2, 3, 5 and 7, and issue
+For each attack (``bench.attack_kinds``: issue 26's findings 1, 2, 3, 5 and 7, and issue
 37's rich-text, Markdown, AI and model-server shapes) and each checkout, a fresh ``tether serve``
 from that checkout's directory gets the attack's setup (and, first, what the attack starts
 around it: model servers of the bench's own, a webhook receiver; settings a checkout's
 ``serve --help`` does not list are left out for it, and named in its row); then two
-bystanders start (``collab.bench.stall_probes``): ``GET /health`` on a kept-alive connection and
+bystanders start (``bench.stall_probes``): ``GET /health`` on a kept-alive connection and
 an editor typing on a document of its own, each one request every ``--interval`` seconds,
 awaiting its answer; the attack is sent and waited for (at most ``--timeout`` seconds), and the
 bystanders run on for ``--tail`` seconds (6: past the unload grace, so that unloading the
@@ -18,7 +18,7 @@ the probes stopped), the loop lag the server saw itself (``tether_event_loop_lag
 and its watchdog's log line; "-" where the checkout has neither) and how many turns its
 watchdog logged as held past 250 ms, the server's resident memory in MiB (before the strike,
 then its peak and what stayed resident at the end of the tail, both as growth over before:
-``collab.bench.server_memory``), and what the strike measured itself (a victim's time to
+``bench.server_memory``), and what the strike measured itself (a victim's time to
 first token, a reader's GET: its ``figures``), before the outcome.
 
 Each server starts with a soft open-file limit of ``--server-open-files`` (1024, many systems'
@@ -54,7 +54,7 @@ _OUTCOME_CHARS = 100  # in the table; the JSON has all of it
 _FLAG = re.compile(r"--([a-z0-9][a-z0-9-]*)")
 
 
-def add_attacks_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare",
         default="",
@@ -108,7 +108,7 @@ def _commit_of(repo: Path) -> str:
     return done.stdout.strip() or repo.name
 
 
-def run_attacks_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     targets = parse_targets(args.compare)
     attacks = build_attacks(args.scale)
     if args.attacks:
@@ -335,9 +335,9 @@ def _errors(health: dict[str, Any], acks: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m tether.collab.bench.attacks")
-    add_attacks_arguments(parser)
-    return run_attacks_bench(parser.parse_args())
+    parser = argparse.ArgumentParser(prog="python -m tether.bench.attacks")
+    add_arguments(parser)
+    return run(parser.parse_args())
 
 
 if __name__ == "__main__":

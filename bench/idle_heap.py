@@ -2,7 +2,7 @@
 
 Runs the server in this process (uvicorn in a thread, with the settings ``tether serve`` gives
 it) and the idle clients in a subprocess, so only the server's allocations are counted. From
-the repository's root: ``python -m tether.collab.bench.idle_heap [connections] [documents]
+the repository's root: ``python -m tether.bench.idle_heap [connections] [documents]
 [top] [--files] [--tracebacks]``. A measuring tool, not a test.
 """
 
@@ -21,14 +21,14 @@ from pathlib import Path
 import psutil
 import uvicorn
 
-from ..config import Settings
-from ..server import create_app
-from ..transport.raw_frames import RawFramesProtocol
+from tether import Settings, create_app
+from tether.collab.transport.raw_frames import RawFramesProtocol
+
 from .launcher import free_port
 
 _CLIENT = """
 import asyncio, sys
-from tether.collab.bench.peer import BenchPeer
+from tether.bench.peer import BenchPeer
 from websockets.asyncio.client import connect
 async def main(url, n, docs):
     gate = asyncio.Semaphore(50)

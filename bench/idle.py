@@ -26,7 +26,7 @@ from .launcher import ServerProcess
 from .peer import BenchPeer
 
 
-def add_idle_arguments(parser: argparse.ArgumentParser) -> None:
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--connections", type=int, default=5000)
     parser.add_argument("--docs", type=int, default=1000)
     parser.add_argument("--concurrency", type=int, default=200, help="connects in flight")
@@ -197,7 +197,7 @@ def _plot(result: dict[str, Any], png_out: str) -> None:
     plt.close(fig)
 
 
-def run_idle_bench(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as data_dir:
         server = ServerProcess(
             Path(data_dir),

@@ -13,10 +13,10 @@ from typing import Any
 
 import httpx
 
-from ..auth.tokens import make_token
+from tether.collab.auth.tokens import make_token
 
 DEFAULT_SECRET = "local-test-secret-0123456789abcdef"
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 # The launcher turns the semantic layer and prefetch off (for tests); benchmarks measure the
 # server as users run it, with these.
 PRODUCT_AI: dict[str, object] = {"ai_semantic": "on", "ai_prefetch_ms": 200}

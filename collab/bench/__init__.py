@@ -1,1 +1,0 @@
-"""``tether bench``: benchmarks and their server launcher; the server never imports them."""
