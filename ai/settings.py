@@ -326,3 +326,25 @@ class AiSettings:
     # cursor ahead of any request (0: off), within this share of the model's time.
     prefetch_seconds: float = 0.2
     prefetch_budget: float = 0.5
+
+    @classmethod
+    def from_fields(cls, settings: AiFields) -> AiSettings:
+        """The engine's settings from the operator's (``tether.Settings``, an ``AiFields``)."""
+        return cls(
+            default_max_tokens=settings.ai_max_tokens,
+            stop_rule=settings.ai_stop,
+            sure=settings.ai_sure,
+            heal=settings.ai_heal == "on",
+            must_start=settings.ai_start == "on",
+            junk_filter=settings.ai_junk_filter == "on",
+            coalesce_seconds=settings.ai_coalesce_ms / 1000,
+            request_timeout=settings.ai_timeout,
+            queue_limit=settings.ai_queue_limit,
+            prefetch_seconds=settings.ai_prefetch_ms / 1000,
+            prefetch_budget=settings.ai_prefetch_budget,
+        )
+
+
+def wants_embedder(settings: Any) -> bool:
+    """The semantic cache is on: contexts are embedded (by a model worker)."""
+    return settings.ai_semantic == "on" and settings.ai_cache_entries > 0
