@@ -32,21 +32,18 @@ _DEFAULTS = Settings()
 _SUFFIXES = {"SECONDS": "s", "MS": "ms"}
 
 # The groups in the order --help lists them; within each, its settings in field order.
-GROUPS: tuple[Group, ...] = tuple(
-    Group(*group)
-    for group in (
-        NETWORK,
-        AUTH,
-        STORAGE,
-        SYNC_LIMITS,
-        PRESENCE,
-        HTTP_FALLBACK,
-        SUGGESTIONS,
-        MODEL,
-        CLUSTER,
-        WEBHOOKS,
-        RUNTIME,
-    )
+GROUPS: tuple[Group, ...] = (
+    NETWORK,
+    AUTH,
+    STORAGE,
+    SYNC_LIMITS,
+    PRESENCE,
+    HTTP_FALLBACK,
+    Group(*SUGGESTIONS),
+    Group(*MODEL),
+    CLUSTER,
+    WEBHOOKS,
+    RUNTIME,
 )
 
 # Credentials: their defaults are not shown, and given as flags the server warns (collab.cli).
@@ -73,12 +70,10 @@ class ServeHelpFormatter(argparse.HelpFormatter):
 
 def grouped() -> list[tuple[Group, list[SettingInfo]]]:
     """Each group (title, description) with its settings, in --help's order."""
-    stray = {meta.name: meta.group for meta in INFO.values() if tuple(meta.group) not in GROUPS}
+    stray = {meta.name: meta.group.title for meta in INFO.values() if meta.group not in GROUPS}
     if stray:
         raise LookupError(f"settings in a group --help does not list: {stray}")
-    return [
-        (group, [meta for meta in INFO.values() if tuple(meta.group) == group]) for group in GROUPS
-    ]
+    return [(group, [meta for meta in INFO.values() if meta.group == group]) for group in GROUPS]
 
 
 def add_serve_flags(parser: argparse.ArgumentParser) -> None:

@@ -44,7 +44,7 @@ class SettingInfo:
     """What a setting's field says of it besides its default."""
 
     name: str
-    group: tuple[str, str]  # (title, description): a Group
+    group: Group
     metavar: str
     help: str
     # A setting that takes one of a few words; test_only ones are accepted, never listed.
@@ -92,6 +92,8 @@ def info(f: Field[Any]) -> SettingInfo:
     """A settings field's metadata as a ``SettingInfo`` (TypeError for an unknown key); a SIZE
     counts bytes unless it names another unit."""
     meta = dict(f.metadata)
+    if "group" in meta:
+        meta["group"] = Group(*meta["group"])  # ai writes a plain (title, description)
     if meta.get("metavar") == "SIZE":
         meta.setdefault("unit", "B")
     return SettingInfo(name=f.name, **meta)
