@@ -59,3 +59,13 @@ class ProviderUnavailable(ProviderError):
 
 class ModelUnavailable(ProviderError):
     code = "unavailable"
+
+
+class UpstreamDown(ProviderUnavailable):
+    """The upstream could not be reached, said it is down or overloaded, or did not answer in
+    time: nothing was generated, so another upstream may take the request
+    (``ai.model.providers.pool``). ``retry_after``: how long it asked to be left alone (429)."""
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

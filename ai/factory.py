@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -17,104 +15,16 @@ from .cache.suggestions import CacheSettings, SuggestionCache
 from .engine import AiEngine
 from .errors import ProviderUnavailable
 from .metrics import AiMetrics, CacheCollector
-from .model.cpus import AUTO, SHARED, auto_model_cpus, parse_cpu_list, pin_this_process
+from .model.cpus import model_cpus, pin_this_process
 from .model.providers.base import Provider
-from .model.providers.worker import WorkerEmbedder, WorkerProvider
-from .model.supervisor import Supervisor, SupervisorSettings
-from .settings import AiSettings
+from .model.providers.registry import build_provider
+from .model.providers.worker import WorkerEmbedder, WorkerProvider, build_supervisor
+from .model.supervisor import Supervisor
+from .settings import AiSettings, wants_embedder
 from .status import AiState, StatusBoard
 from .suggest.scheduler import Scheduler
 
 log = logging.getLogger("tether")  # the server's own lines: AI on, and from which provider
-
-
-def build_provider(settings: Any) -> Provider | None:
-    kind = settings.ai_provider
-    if kind == "none":
-        return None
-    if kind == "local":
-        # The model runs in supervised worker processes: nothing native loads here.
-        count = getattr(settings, "ai_workers", 1)
-        if count == 1:
-            return WorkerProvider(build_supervisor(settings, generate=True))
-        from .model.providers.pool import UpstreamPool
-
-        workers = [
-            # The first worker also serves the embedder; the others only generate.
-            WorkerProvider(
-                build_supervisor(settings, generate=True, semantic=i == 0), f"worker-{i}"
-            )
-            for i in range(count)
-        ]
-        pool = UpstreamPool(workers, routing=settings.ai_routing)
-        for worker in workers:  # ready or dead: the pool knows at once, not at its next check
-            worker.supervisor.add_listener(pool.poke)
-        return pool
-    if kind == "openai":
-        from .model.providers.openai import OpenAIProvider
-        from .model.providers.pool import UpstreamPool
-
-        urls = [u.strip() for u in settings.openai_base_url.split(",") if u.strip()]
-        upstreams = [
-            OpenAIProvider(
-                url,
-                settings.openai_model,
-                api_key=settings.openai_api_key,
-                api=settings.openai_api,
-                timeout=settings.ai_timeout,
-                logprobs=settings.ai_stop == "sure",
-                first_token_timeout=settings.openai_first_token_timeout,
-                idle_timeout=settings.openai_idle_timeout,
-            )
-            for url in urls
-        ]
-        # One upstream is a pool of one too: its health is checked, it is down (AI degraded,
-        # requests refused at once) while it does not answer, and back when it does.
-        return UpstreamPool(
-            upstreams,
-            routing=settings.ai_routing,
-            # One upstream: one generation at a time, as before there were several.
-            concurrency=settings.openai_concurrency if len(upstreams) > 1 else 1,
-            health_seconds=settings.openai_health_seconds,
-        )
-    if kind == "scripted":
-        from .model.providers.scripted import ScriptedProvider
-
-        script = json.loads(settings.ai_script or "{}")
-        return ScriptedProvider(
-            script.get("pieces"),
-            delay=float(script.get("delay", 0.0)),
-            fail_with=script.get("fail"),
-            replies=script.get("replies"),
-            confidences=script.get("confidences"),
-        )
-    raise ValueError(f"unknown ai provider {kind!r}")
-
-
-def build_supervisor(settings: Any, *, generate: bool, semantic: bool = True) -> Supervisor:
-    """The model worker for the local model and/or the embedder, as configured (``semantic``
-    False: never the embedder, for the second and later of several workers)."""
-    config = {
-        "model_path": settings.ai_model_path,
-        "quant": settings.ai_quant,
-        "data_dir": str(Path(settings.data_dir).resolve()),
-        "threads": settings.ai_threads,
-        "state_budget_mb": settings.ai_state_budget_mb,
-        "semantic": semantic and wants_embedder(settings),
-        "generate": generate,
-        "nice": settings.ai_worker_nice,
-        "cpus": sorted(model_cpus(settings)) or None,
-    }
-    return Supervisor(
-        SupervisorSettings(
-            config,
-            threads=settings.ai_threads,
-            log_level=settings.log_level,
-            stall_seconds=settings.ai_stall_timeout,
-            crash_limit=settings.ai_crash_limit,
-            crash_cooldown=settings.ai_crash_cooldown,
-        )
-    )
 
 
 def build_embedder(settings: Any, provider: Provider) -> tuple[Embedder | None, Supervisor | None]:
@@ -127,24 +37,6 @@ def build_embedder(settings: Any, provider: Provider) -> tuple[Embedder | None, 
         return WorkerEmbedder(workers[0].supervisor), None
     supervisor = build_supervisor(settings, generate=False)
     return WorkerEmbedder(supervisor), supervisor
-
-
-def model_cpus(settings: Any) -> set[int]:
-    """The CPUs the local model's workers run on (none: they share every CPU with sync).
-    ``auto`` is decided once per process, before the server moves off the model's CPUs (which
-    would change what it may use)."""
-    chosen = settings.ai_cpus
-    if chosen in ("", SHARED) or settings.ai_provider != "local":
-        return set()
-    if chosen != AUTO:
-        return parse_cpu_list(chosen)
-    return set(_auto_cpus(getattr(settings, "ai_workers", 1) * settings.ai_threads))
-
-
-@functools.cache
-def _auto_cpus(model_threads: int) -> frozenset[int]:
-    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
-    return frozenset(auto_model_cpus(usable, model_threads))
 
 
 def _keep_off(ai_cpus: set[int]) -> None:
@@ -242,29 +134,13 @@ def build_engine(
         provider,
         scheduler,
         AiMetrics(registry),
-        AiSettings(
-            default_max_tokens=settings.ai_max_tokens,
-            stop_rule=settings.ai_stop,
-            sure=settings.ai_sure,
-            heal=settings.ai_heal == "on",
-            must_start=settings.ai_start == "on",
-            junk_filter=settings.ai_junk_filter == "on",
-            coalesce_seconds=settings.ai_coalesce_ms / 1000,
-            request_timeout=settings.ai_timeout,
-            queue_limit=settings.ai_queue_limit,
-            prefetch_seconds=settings.ai_prefetch_ms / 1000,
-            prefetch_budget=settings.ai_prefetch_budget,
-        ),
+        AiSettings.from_fields(settings),
         count_tokens=count_tokens,
         cache=cache,
         embedder=embedder if cache is not None else None,
     )
     registry.register(CacheCollector(engine))
     return engine
-
-
-def wants_embedder(settings: Any) -> bool:
-    return settings.ai_semantic == "on" and settings.ai_cache_entries > 0
 
 
 def _cache(settings: Any) -> SuggestionCache | None:

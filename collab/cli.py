@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from .config import (
-    ENV_PREFIX,
+    INFO,
     InvalidSetting,
     SettingsError,
     read_env_file,
@@ -131,17 +131,17 @@ def _serve(args: argparse.Namespace) -> int:
             flag = "--" + secret.replace("_", "-")
             logging.getLogger("tether").warning(
                 "%s was given on the command line, where every user of this machine can read it"
-                " (ps, /proc); set TETHER_%s in the environment instead",
+                " (ps, /proc); set %s in the environment instead",
                 flag,
-                secret.upper(),
+                INFO[secret].variable,
             )
     for url_setting in _URL_SETTINGS:
         if has_password(getattr(args, url_setting, None) or ""):
             logging.getLogger("tether").warning(
                 "--%s carries a password on the command line, where every user of this machine"
-                " can read it (ps, /proc); set TETHER_%s in the environment instead",
+                " can read it (ps, /proc); set %s in the environment instead",
                 url_setting,
-                url_setting.upper(),
+                INFO[url_setting].variable,
             )
     import uvicorn
 
@@ -202,7 +202,7 @@ def _where(exc: InvalidSetting, args: argparse.Namespace, file_values: dict[str,
     """The refused setting as the operator gave it: ``--idle-timeout -5: must be > 0``, or
     ``TETHER_IDLE_TIMEOUT=-5`` from the environment (or the --env-file), others as flags."""
     flag = "--" + exc.name.replace("_", "-")
-    variable = ENV_PREFIX + exc.name.upper()
+    variable = INFO[exc.name].variable
     hidden = exc.value is None or exc.name in SECRET_SETTINGS
     if getattr(args, exc.name, None) is not None or variable not in {**file_values, **os.environ}:
         subject = flag if hidden else f"{flag} {shown_value(exc.value)}"

@@ -4,9 +4,11 @@ anything else leaves CPUs alone."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,24 @@ def auto_model_cpus(usable: set[int], model_threads: int) -> set[int]:
     if len(usable) < AUTO_MIN_CPUS or len(usable) - model_threads < AUTO_SERVER_CPUS:
         return set()
     return set(sorted(usable)[-model_threads:])
+
+
+def model_cpus(settings: Any) -> set[int]:
+    """The CPUs the local model's workers run on (none: they share every CPU with sync).
+    ``auto`` is decided once per process, before the server moves off the model's CPUs (which
+    would change what it may use)."""
+    chosen = settings.ai_cpus
+    if chosen in ("", SHARED) or settings.ai_provider != "local":
+        return set()
+    if chosen != AUTO:
+        return parse_cpu_list(chosen)
+    return set(_auto_cpus(getattr(settings, "ai_workers", 1) * settings.ai_threads))
+
+
+@functools.cache
+def _auto_cpus(model_threads: int) -> frozenset[int]:
+    usable = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+    return frozenset(auto_model_cpus(usable, model_threads))
 
 
 def pin_this_process(cpus: set[int]) -> bool:

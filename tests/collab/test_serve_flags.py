@@ -12,6 +12,7 @@ import pytest
 
 from tether.collab.config import (
     CHOICES,
+    INFO,
     SIZES,
     Settings,
     SettingsError,
@@ -20,9 +21,9 @@ from tether.collab.config import (
 )
 from tether.collab.serve_flags import (
     GROUPS,
-    TEST_ONLY_CHOICES,
     ServeHelpFormatter,
     add_serve_flags,
+    grouped,
     shown_default,
 )
 
@@ -38,8 +39,8 @@ def parsed(*argv: str) -> Settings:
 
 
 def test_every_setting_is_a_flag_in_exactly_one_group() -> None:
-    grouped = [name for group in GROUPS for name, _, _ in group.flags]
-    assert sorted(grouped) == sorted(f.name for f in fields(Settings))
+    listed = [meta.name for _, settings in grouped() for meta in settings]
+    assert sorted(listed) == sorted(f.name for f in fields(Settings))
     assert 8 <= len(GROUPS) <= 11
     assert all(group.title and group.description for group in GROUPS)
 
@@ -47,10 +48,9 @@ def test_every_setting_is_a_flag_in_exactly_one_group() -> None:
 def test_every_setting_that_counts_bytes_or_mib_is_a_size_and_shows_as_one() -> None:
     by_name = {f.name for f in fields(Settings) if f.name.endswith(("_bytes", "_mb"))}
     assert by_name <= set(SIZES)
-    metavars = {name: metavar for group in GROUPS for name, metavar, _ in group.flags}
-    assert {name for name, metavar in metavars.items() if metavar == "SIZE"} == set(SIZES)
+    assert {name for name, meta in INFO.items() if meta.metavar == "SIZE"} == set(SIZES)
     for name in SIZES:
-        assert shown_default(name, "SIZE")[-1] == "B"  # 16MiB, 512KiB, 128B
+        assert shown_default(name)[-1] == "B"  # 16MiB, 512KiB, 128B
 
 
 def test_human_sizes_and_plain_bytes_are_taken_from_flags() -> None:
@@ -122,7 +122,43 @@ def test_test_only_choices_are_accepted_but_not_listed() -> None:
     assert settings.ai_provider == "scripted" and settings.ai_script == '{"pieces": []}'
     assert "scripted" in CHOICES["ai_provider"]
     shown = serve_parser().format_help()
-    for name, hidden in TEST_ONLY_CHOICES.items():
+    test_only = {name: meta.test_only for name, meta in INFO.items() if meta.test_only}
+    assert test_only == {"ai_provider": ("scripted",)}
+    for name, hidden in test_only.items():
         assert all(value not in shown for value in hidden), name
     assert "--ai-script" not in shown
     assert "--ai-provider {local,openai,none}" in shown
+
+
+def test_each_setting_is_declared_once_on_its_field() -> None:
+    """Help, unit, bounds and choices are read off the field (issue 40): the AI ones from
+    ai.settings, the cluster's from collab.cluster.settings, all in a group --help lists."""
+    assert {group.title for group, settings in grouped() if settings} == {g.title for g in GROUPS}
+    assert INFO["ai_cache_mb"].unit == "MiB" and INFO["max_frame_bytes"].unit == "B"
+    assert INFO["bus"].group.title == "cluster" and INFO["ai_threads"].positive
+    assert (INFO["port"].at_least, INFO["port"].at_most) == (0, 65535)
+    assert INFO["idle_timeout"].variable == "TETHER_IDLE_TIMEOUT"
+
+
+def test_a_misspelled_metadata_key_fails_when_read() -> None:
+    from dataclasses import dataclass, field
+
+    from tether.collab.setting_fields import info
+
+    @dataclass
+    class Mistyped:
+        limit: int = field(
+            default=1, metadata={"group": GROUPS[0], "metavar": "N", "help": "", "positve": True}
+        )
+
+    with pytest.raises(TypeError, match="positve"):
+        info(fields(Mistyped)[0])
+
+
+def test_the_provider_choices_and_their_help_come_from_the_registry() -> None:
+    from tether.ai.model.providers import registry
+
+    assert CHOICES["ai_provider"] == registry.NAMES == ("local", "openai", "scripted", "none")
+    assert INFO["ai_provider"].help == registry.choices_help()
+    assert registry.TEST_ONLY == ("scripted",)
+    assert registry.build_provider(Settings(ai_provider="none")) is None

@@ -37,8 +37,9 @@ from typing import Any
 
 import httpx
 
-from ...errors import ProviderError, ProviderTimeout, ProviderUnavailable
+from ...errors import ProviderError, ProviderTimeout, ProviderUnavailable, UpstreamDown
 from .base import Cancellation, GenerationRequest, Piece, Provider, confidence_of
+from .pool import UpstreamPool
 
 log = logging.getLogger(__name__)
 
@@ -66,16 +67,6 @@ MODEL_LIST_BYTES = 1 << 20  # a health check reads at most this much of the mode
 # Answers that say the upstream itself is down or overloaded, not that the request was wrong.
 DOWN_STATUSES = frozenset({502, 503, 504})
 HEALTH_TIMEOUT_SECONDS = 2.0
-
-
-class UpstreamDown(ProviderUnavailable):
-    """The upstream could not be reached, said it is down or overloaded, or did not answer in
-    time: nothing was generated, so another upstream may take the request
-    (``ai.model.providers.pool``). ``retry_after``: how long it asked to be left alone (429)."""
-
-    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 class OpenAIProvider(Provider):
@@ -626,3 +617,29 @@ def _detail(body: bytes | dict[str, Any]) -> str:
     text = " ".join(str(found).split())
     text = "".join(ch for ch in text if ch.isprintable())
     return text if len(text) <= DETAIL_CHARS else text[: DETAIL_CHARS - 1] + "…"
+
+
+def build(settings: Any) -> Provider:
+    """The ``openai`` provider: the upstreams ``openai_base_url`` names, as a pool. One upstream
+    is a pool of one too: its health is checked, it is down (AI degraded, requests refused at
+    once) while it does not answer, and back when it does."""
+    upstreams = [
+        OpenAIProvider(
+            url,
+            settings.openai_model,
+            api_key=settings.openai_api_key,
+            api=settings.openai_api,
+            timeout=settings.ai_timeout,
+            logprobs=settings.ai_stop == "sure",
+            first_token_timeout=settings.openai_first_token_timeout,
+            idle_timeout=settings.openai_idle_timeout,
+        )
+        for url in settings.openai_urls
+    ]
+    return UpstreamPool(
+        upstreams,
+        routing=settings.ai_routing,
+        # One upstream: one generation at a time, as before there were several.
+        concurrency=settings.openai_concurrency if len(upstreams) > 1 else 1,
+        health_seconds=settings.openai_health_seconds,
+    )

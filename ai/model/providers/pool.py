@@ -37,10 +37,9 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ...errors import ModelUnavailable, ProviderUnavailable
+from ...errors import ModelUnavailable, ProviderUnavailable, UpstreamDown
 from ..fair import FairGate, document_of, share_of
 from .base import Cancellation, GenerationRequest, Provider
-from .openai import UpstreamDown
 from .ring import BoundedRing
 
 log = logging.getLogger(__name__)

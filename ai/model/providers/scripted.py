@@ -9,7 +9,9 @@ can hold a generation open, and records every prompt it was given.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 from ...errors import ProviderError
 from .base import Cancellation, GenerationRequest, Piece, Provider
@@ -49,3 +51,15 @@ class ScriptedProvider(Provider):
                 await asyncio.sleep(self.delay)  # simulated model latency, not synchronisation
             confidence = self.confidences[index] if index < len(self.confidences) else None
             yield Piece(piece, confidence)
+
+
+def build(settings: Any) -> ScriptedProvider:
+    """The ``scripted`` provider, as ``ai_script`` (JSON) describes it."""
+    script = json.loads(settings.ai_script or "{}")
+    return ScriptedProvider(
+        script.get("pieces"),
+        delay=float(script.get("delay", 0.0)),
+        fail_with=script.get("fail"),
+        replies=script.get("replies"),
+        confidences=script.get("confidences"),
+    )

@@ -2,21 +2,69 @@
 model worker process, so nothing native is loaded here.
 
 ``WorkerProvider`` is the ``local`` provider (same name, same metrics and cache scope as when
-the model ran in-process); ``WorkerEmbedder`` keeps the memo of vectors on the server's side
-and asks the worker only for texts it has not seen.
+the model ran in-process), ``build`` makes it (one, or a pool of several) and
+``build_supervisor`` the worker process it adapts; ``WorkerEmbedder`` keeps the memo of
+vectors on the server's side and asks the worker only for texts it has not seen.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ...cache.embedder import Embedder
-from ..supervisor import Supervisor
+from ...settings import wants_embedder
+from ..cpus import model_cpus
+from ..supervisor import Supervisor, SupervisorSettings
 from .base import Cancellation, GenerationRequest, Provider
+from .pool import UpstreamPool
+
+
+def build(settings: Any) -> Provider:
+    """The ``local`` provider: the model in supervised worker processes (nothing native loads
+    here), one, or several as a pool spreading documents over them."""
+    count = getattr(settings, "ai_workers", 1)
+    if count == 1:
+        return WorkerProvider(build_supervisor(settings, generate=True))
+    workers = [
+        # The first worker also serves the embedder; the others only generate.
+        WorkerProvider(build_supervisor(settings, generate=True, semantic=i == 0), f"worker-{i}")
+        for i in range(count)
+    ]
+    pool = UpstreamPool(workers, routing=settings.ai_routing)
+    for worker in workers:  # ready or dead: the pool knows at once, not at its next check
+        worker.supervisor.add_listener(pool.poke)
+    return pool
+
+
+def build_supervisor(settings: Any, *, generate: bool, semantic: bool = True) -> Supervisor:
+    """The model worker for the local model and/or the embedder, as configured (``semantic``
+    False: never the embedder, for the second and later of several workers)."""
+    config = {
+        "model_path": settings.ai_model_path,
+        "quant": settings.ai_quant,
+        "data_dir": str(Path(settings.data_dir).resolve()),
+        "threads": settings.ai_threads,
+        "state_budget_mb": settings.ai_state_budget_mb,
+        "semantic": semantic and wants_embedder(settings),
+        "generate": generate,
+        "nice": settings.ai_worker_nice,
+        "cpus": sorted(model_cpus(settings)) or None,
+    }
+    return Supervisor(
+        SupervisorSettings(
+            config,
+            threads=settings.ai_threads,
+            log_level=settings.log_level,
+            stall_seconds=settings.ai_stall_timeout,
+            crash_limit=settings.ai_crash_limit,
+            crash_cooldown=settings.ai_crash_cooldown,
+        )
+    )
 
 
 class WorkerProvider(Provider):
