@@ -20,8 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tether.protocol.session import QueueBudget
 
 from .auth.tokens import Authenticator, Grant
-from .cluster.node import Cluster
-from .cluster.stores import build_store
+from .cluster.node import Cluster, build_store
 from .config import Settings
 from .connection.admission import Admission, client_address
 from .connection.ai_off import AiOff
