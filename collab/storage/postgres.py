@@ -13,7 +13,8 @@ writing one database:
   by a dead connection, and need no key scheme. A batch locks its documents in name order, so
   two nodes' batches cannot deadlock.
 - Group commit: one writer task takes everything queued (up to ``max_batch``) and runs it in ONE
-  transaction; futures resolve only after COMMIT returns, so an awaited append is committed.
+  transaction; futures resolve only after COMMIT returns, so an awaited append is committed
+  (``collab.storage.writer_queue``, shared with SQLite).
 - What this node holds of each document (its *watermark*: own commits, what it loaded, what
   the bus delivered; the incarnation held) is the node's ledger, given at construction as
   ``Holdings`` (``collab.storage.sequenced``; ``collab.cluster.ledger`` implements it). The
@@ -62,6 +63,7 @@ import asyncpg
 from ..runtime.log_redaction import redact, redact_url
 from .sequenced import Backfill, Committed, Holdings, StoreEvents, Watermark
 from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, names_from
+from .writer_queue import Fences, Op, WriterQueue, not_open, resolve, wait
 
 log = logging.getLogger(__name__)
 
@@ -226,13 +228,8 @@ OpKind = Literal["append", "compact", "delete"]
 
 
 @dataclass(eq=False, slots=True)
-class _Op:
-    kind: OpKind
-    name: str
-    data: bytes
-    future: asyncio.Future[Any]
+class _Op(Op):
     seq: int = 0  # append: its number, once its batch has run
-    order: int = 0  # when it was called, counted per store (fences: see _fenced)
     epoch: int = 0  # the incarnation it must land in, taken when its batch runs (see _expect)
     # compact: what the caller's snapshot holds: the watermark when it called, and its own
     # appends called before (numbered later, when their batches run)
@@ -277,36 +274,37 @@ class PostgresStore(Store):
         statement_cache_size: int = 100,
         on_refusal: Callable[[str], None] | None = None,
     ) -> None:
-        if max_batch < 1:
-            raise ValueError("max_batch must be at least 1")
         self.dsn = dsn
         self.commits = 0
         self._ledger = ledger
         self._events: StoreEvents | None = None
-        self._on_refusal = on_refusal
-        self._max_batch = max_batch
         self._outage_timeout = outage_timeout
-        self._queue_bytes = queue_bytes
         self._read_connections = read_connections
         # Named prepared statements live on a server connection; behind a PgBouncer in
         # transaction pooling the next transaction may run on another one (0: unnamed only).
         self._connect_args: dict[str, Any] = {"statement_cache_size": statement_cache_size}
         self._state: Lifecycle = "new"
-        self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
-        self._queued_bytes = 0
+        self._waiting: asyncio.Queue[_Op | None] = asyncio.Queue()  # None = stop
+        self._queue = WriterQueue(
+            self._waiting,
+            asyncio.QueueEmpty,
+            max_batch=max_batch,
+            bound=queue_bytes,
+            limit="store_queue_bytes",
+            engine="PostgreSQL",
+            on_refusal=on_refusal,
+            log=log,
+        )
         self._writer: asyncpg.Connection | None = None
         self._pool: asyncpg.Pool | None = None
         self._task: asyncio.Task[None] | None = None
-        # document -> the call number of its append that failed: what was called after it
-        # fails too, until resume()
-        self._fenced: dict[str, int] = {}
-        self._calls = 0
+        # documents whose append failed: what was called after it fails too, until resume()
+        self._fences = Fences()
         # appends called but not yet committed, per document: a compact called now holds them
         self._uncommitted: dict[str, list[_Op]] = {}
         self.available = False  # the last database round trip worked
         self.last_error = ""
         self._outage_logged = False
-        self._refusal_logged = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -335,7 +333,7 @@ class PostgresStore(Store):
         if self._state != "open":
             return
         self._state = "closed"
-        self._queue.put_nowait(None)
+        self._queue.stop()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         await self._close_connections()
@@ -360,65 +358,45 @@ class PostgresStore(Store):
 
     @property
     def queued_bytes(self) -> int:
-        return self._queued_bytes
+        return self._queue.queued_bytes
 
     # -- writes ------------------------------------------------------------------------------
 
     def append(self, name: str, update: bytes) -> Coroutine[Any, Any, int]:
-        return _wait(self.append_future(name, update))
+        return wait(self.append_future(name, update))
 
     def append_future(self, name: str, update: bytes) -> asyncio.Future[int]:
         return self._enqueue("append", name, bytes(update))
 
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
-        return _wait(self._enqueue("compact", name, bytes(snapshot)))
+        return wait(self._enqueue("compact", name, bytes(snapshot)))
 
     def delete(self, name: str) -> Coroutine[Any, Any, None]:
-        return _wait(self._enqueue("delete", name, b""))
+        return wait(self._enqueue("delete", name, b""))
 
     def resume(self, name: str) -> None:
-        self._fenced.pop(name, None)
-
-    def _fence(self, op: _Op) -> None:
-        if op.kind == "append" and op.name not in self._fenced:
-            self._fenced[op.name] = op.order
-
-    def _is_fenced(self, op: _Op) -> bool:
-        failed = self._fenced.get(op.name)
-        return failed is not None and op.kind != "delete" and op.order > failed
+        self._fences.lift(name)
 
     def _enqueue(self, kind: OpKind, name: str, data: bytes) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._calls += 1
+        order = self._queue.number()
         if self._state != "open":
-            future.set_exception(
-                StorageError(f"cannot {kind} {name!r}: the store is {self._state}")
-            )
-        elif kind != "delete" and name in self._fenced:
+            future.set_exception(not_open(kind, name, self._state))
+        elif kind != "delete" and name in self._fences:
             future.set_exception(_fenced_error(kind, name))
-        elif self._queued_bytes + len(data) > self._queue_bytes and self._queued_bytes:
-            if self._on_refusal is not None:
-                self._on_refusal("store_queue_bytes")
-            if not self._refusal_logged:  # once per backlog, not per write
-                self._refusal_logged = True
-                log.error("%d bytes wait for PostgreSQL: refusing new writes", self._queued_bytes)
-            future.set_exception(
-                StorageError(
-                    f"cannot {kind} {name!r}: {self._queued_bytes} bytes wait for the database"
-                )
-            )
-            if kind == "append" and name not in self._fenced:
-                self._fenced[name] = self._calls
+        elif (refused := self._queue.refusal(kind, name, len(data))) is not None:
+            future.set_exception(refused)
+            if kind == "append":
+                self._fences.fence(name, order)
         else:
-            self._queued_bytes += len(data)
-            op = _Op(kind, name, data, future, order=self._calls)
+            op = _Op(kind, name, data, future, order=order)
             if kind == "append":
                 self._uncommitted.setdefault(name, []).append(op)
             elif kind == "compact":
                 # Read now, at call time: the caller took the snapshot in this same step.
                 op.held = self._ledger.watermark(name).copy()
                 op.before = list(self._uncommitted.get(name, ()))
-            self._queue.put_nowait(op)
+            self._queue.put(op)
         return future
 
     # -- reads -------------------------------------------------------------------------------
@@ -611,25 +589,18 @@ class PostgresStore(Store):
                 await self._commit(ops)
 
     async def _take(self) -> tuple[list[_Op], bool]:
-        ops: list[_Op] = []
-        item = await self._queue.get()
-        while item is not None:
-            ops.append(item)
-            if len(ops) >= self._max_batch:
-                return ops, False
-            try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return ops, False
-        return ops, True
+        first = await self._waiting.get()
+        if first is None:
+            return [], True
+        return self._queue.rest([first])
 
     async def _commit(self, ops: list[_Op]) -> None:
-        if self._fenced:  # queued before their document's earlier append failed
-            for op in [op for op in ops if self._is_fenced(op)]:
+        if self._fences:  # queued before their document's earlier append failed
+            held = [op for op in ops if self._fences.holds(op)]
+            for op in held:
                 self._settled(op)
-                if not op.future.done():
-                    op.future.set_exception(_fenced_error(op.kind, op.name))
-            ops = [op for op in ops if not self._is_fenced(op)]
+            resolve(held, [_fenced_error(op.kind, op.name) for op in held])
+            ops = [op for op in ops if not self._fences.holds(op)]
             if not ops:
                 return
         deadline = time.monotonic() + self._outage_timeout
@@ -679,15 +650,15 @@ class PostgresStore(Store):
                 events.committed(committed)
             except Exception:  # the bus must never hold up an ack
                 log.exception("telling the listener of commits failed")
-        for op, result in zip(ops, results, strict=True):
-            if op.future.done():
-                continue
-            if isinstance(result, _Stale):
-                op.future.set_exception(
-                    StorageError(f"{op.kind} {op.name!r}: the document was deleted meanwhile")
-                )
-            else:
-                op.future.set_result(result)
+        resolve(
+            ops,
+            [
+                StorageError(f"{op.kind} {op.name!r}: the document was deleted meanwhile")
+                if isinstance(result, _Stale)
+                else result
+                for op, result in zip(ops, results, strict=True)
+            ],
+        )
         for name in stale:
             log.warning("document %r was deleted by another node; closing it here", name)
             if events is not None:
@@ -696,16 +667,11 @@ class PostgresStore(Store):
     def _settle_failed(self, ops: list[_Op], exc: BaseException) -> None:
         for op in ops:
             self._settled(op)
-            self._fence(op)
-            if not op.future.done():
-                error = StorageError(f"{op.kind} {op.name!r} failed: {redact(str(exc))}")
-                error.__cause__ = exc
-                op.future.set_exception(error)
+            self._fences.failed(op)
+        resolve(ops, [_failure(op, exc) for op in ops])
 
     def _settled(self, op: _Op) -> None:
-        self._queued_bytes -= len(op.data)
-        if not self._queued_bytes:
-            self._refusal_logged = False
+        self._queue.settled(op)
         if op.kind == "append":
             waiting = self._uncommitted.get(op.name)
             if waiting:
@@ -922,6 +888,13 @@ def _is_transient(exc: asyncpg.PostgresError) -> bool:
     return state.startswith(("08", "57P", "40", "53"))
 
 
+def _failure(op: _Op, exc: BaseException) -> StorageError:
+    # One instance per future: a shared exception would collect every awaiter's traceback.
+    error = StorageError(f"{op.kind} {op.name!r} failed: {redact(str(exc))}")
+    error.__cause__ = exc
+    return error
+
+
 def _fenced_error(kind: str, name: str) -> StorageError:
     return StorageError(
         f"cannot {kind} {name!r}: an earlier update of it failed; it is rebuilt from the"
@@ -939,7 +912,3 @@ def pgbouncer_dsn(dsn: str) -> tuple[str, bool]:
         return dsn, False
     flag = next(v for k, v in query if k == "pgbouncer").lower()
     return urlunsplit(parts._replace(query=urlencode(kept))), flag in ("true", "1", "yes", "on")
-
-
-async def _wait(future: asyncio.Future[Any]) -> Any:
-    return await future
