@@ -126,8 +126,9 @@ class WriterQueue(Generic[OpT]):
 
     def settle(self, ops: list[OpT], outcomes: list[object]) -> None:
         """A batch's outcomes to its futures (an exception fails it)."""
-        for op in ops:
-            self.settled(op)
+        self.queued_bytes -= sum(len(op.data) for op in ops)
+        if not self.queued_bytes:
+            self._refusal_logged = False
         resolve(ops, outcomes)
 
     # -- the writer's side ---------------------------------------------------------------------
