@@ -1,42 +1,14 @@
 """Extension points around connections and documents, in the Hocuspocus manner; knows nothing
-of transports.
+of transports, and of rooms only what hooks hand on (``RoomView``, ``PeerView``).
 
-An extension is any object with any of these optional methods; they run in registration order
-(a host's extensions first, the AI engine last). ``async`` where they may do I/O:
-
-- ``async on_connect(connection: ConnectionInfo)``: a socket arrived (``/ws`` or ``/yjs``),
-  before any document. Raising refuses it (the upgrade fails with 403): ``AuthError``'s text is
-  the reason the client sees, any other exception is logged and refused as "connection
-  refused". ``connection.context`` is a dict the hook may fill for the later hooks.
-- ``async on_authenticate(request: AuthRequest) -> Grant | None``: a token for a document (on
-  ``/ws`` per document, on ``/yjs`` per socket, on REST per request, ``document`` None for the
-  listing and the suggestion endpoint). Return a ``Grant`` to decide, None to leave it to the
-  next extension and then to the built-in authenticator (``--auth jwt|none``). Raising
-  denies: ``AuthError``'s text is the reason, any other exception is logged and denied as
-  "authentication failed". The grant must still allow the document (``Grant.patterns``).
-- ``async on_load(room)``: a document was loaded from the store, before any editor sees it
-  (seed a template here with ``await room.edit(change, origin)``).
-- ``on_change(room, update, origin)``: a change was applied (an editor's, or the server's own
-  ``room.edit``); inside the sync path: keep it O(1), or make it ``async`` (it then runs as a
-  task of its own, after the change).
-- ``on_store(room, update)``: the change was handed to the store; ``after_store(room,
-  update)``: it is durable (what an editor's SyncStatus ack means). Sync or async as on_change.
-- ``async on_stateless(room, peer, payload)``: a Stateless message from an editor.
-- ``on_presence(room, body)``: this node's editors' presence changed (one joined, moved, left);
-  ``body`` is the awareness message the room's editors were sent. Inside the sync path: keep it
-  O(1) (e.g. queue it for other nodes), or make it ``async`` as on_change.
-- ``remote_presence(room) -> list[AwarenessEntry]``: presence held elsewhere (e.g. other nodes'
-  editors) that the room's presence snapshots include after its own editors'. Asked when an
-  editor joins or asks for everyone's presence: return what is held, do no I/O.
-- ``async before_read(room)``: a REST read or a new version is about to read the document:
-  bring it up to date first (e.g. with what other nodes committed). If it fails, the read uses
-  what the room holds.
-- ``on_detach(room, peer)``: an editor left a document.
-- ``async on_disconnect(connection: ConnectionInfo)``: a socket closed (after on_connect).
-- ``async on_unload(room)``: a document was stored and is leaving memory.
-- ``on_deleted(name)``: a document was deleted, on this node (REST) or on another one, and its
-  editors here were revoked: drop whatever is kept for it (e.g. cached AI suggestions). Sync or
-  async as on_change.
+An extension is any object with some of ``Extension``'s methods (each one's docstring says when
+it runs and with what). ``Hooks`` checks an extension when it is registered: a method whose
+name looks like a hook (``on_...``, ``before_...``, ``after_...``, ``remote_...``, or
+Hocuspocus's ``onChange`` spelling) but is none is an error that names it and the hooks, so a
+misspelled hook fails at start-up instead of never being called. Extensions run by
+``priority`` (an optional int attribute, higher first, 100 if absent, as in Hocuspocus), and
+equal ones in registration order: a host's own ``authenticate`` callback, its extensions, then
+the cluster's, the AI engine and the webhooks. ``async`` where they may do I/O.
 
 A failing hook is contained: logged with the extension's name, and the document or
 connection goes on (on_connect and on_authenticate fail closed: they refuse).
@@ -45,25 +17,24 @@ connection goes on (on_connect and on_authenticate fail closed: they refuse).
 from __future__ import annotations
 
 import asyncio
+import difflib
 import inspect
 import logging
-from collections.abc import Awaitable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .auth.tokens import AuthError, Grant
 
 if TYPE_CHECKING:
-    from tether.protocol.sync import AwarenessEntry
+    from pycrdt import Doc
 
-    from .rooms.peer import Peer
-    from .rooms.room import Room
+    from tether.protocol.sync import AwarenessEntry
 
 log = logging.getLogger(__name__)
 
-
-class Extension(Protocol):
-    """Any subset of the hooks in this module's docstring."""
+DEFAULT_PRIORITY = 100
 
 
 @dataclass(slots=True)
@@ -87,14 +58,132 @@ class AuthRequest:
     connection: ConnectionInfo | None
 
 
+class RoomView(Protocol):
+    """A loaded document as hooks receive it (the server's ``Room``), as far as an extension
+    may rely on it."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def doc(self) -> Doc:
+        """The live pycrdt document: read it freely, change it only through ``edit``."""
+        ...
+
+    def edit(self, change: Callable[[Doc], None], origin: object) -> Awaitable[int]:
+        """Apply ``change`` as ``origin``: editors see it at once; awaited, it is stored."""
+        ...
+
+
+class PeerView(Protocol):
+    """An editor of a document as hooks receive it (the server's ``Peer``)."""
+
+    @property
+    def peer_id(self) -> int: ...
+
+    @property
+    def writable(self) -> bool: ...
+
+    def send_stateless(self, payload: str) -> None:
+        """A Stateless message to this editor."""
+        ...
+
+
+class Extension(Protocol):
+    """The hooks: an extension has any subset of these methods (subclassing this class is not
+    needed; a subclass has the payloads' types checked and its unwritten hooks stay unset).
+    The sync-path hooks (on_change, on_store, after_store, on_presence, on_deleted) may be
+    ``async``: their coroutine then runs as a task of its own, after the change."""
+
+    async def on_connect(self, connection: ConnectionInfo) -> None:
+        """A socket arrived (``/ws``, ``/yjs`` or an HTTP fallback session), before any
+        document. Raising refuses it (the upgrade fails with 403): ``AuthError``'s text is the
+        reason the client sees, any other exception is logged and refused as "connection
+        refused". ``connection.context`` is a dict the hook may fill for the later hooks."""
+
+    async def on_authenticate(self, request: AuthRequest) -> Grant | None:
+        """A token for a document (on ``/ws`` per document, on ``/yjs`` per socket, on REST per
+        request, ``document`` None for the listing and the suggestion endpoint). Return a
+        ``Grant`` to decide, None to leave it to the next extension and then to the built-in
+        authenticator (``--auth jwt|none``). Raising denies: ``AuthError``'s text is the
+        reason, any other exception is logged and denied as "authentication failed". The grant
+        must still allow the document (``Grant.patterns``)."""
+
+    async def on_load(self, room: RoomView) -> None:
+        """A document was loaded from the store, before any editor sees it (seed a template
+        here with ``await room.edit(change, origin)``)."""
+
+    def on_change(self, room: RoomView, update: bytes, origin: object) -> Awaitable[None] | None:
+        """A change was applied (an editor's, or the server's own ``room.edit``); inside the
+        sync path: keep it O(1), or make it ``async``."""
+
+    def on_store(self, room: RoomView, update: bytes) -> Awaitable[None] | None:
+        """The change was handed to the store (sync or async as on_change)."""
+
+    def after_store(self, room: RoomView, update: bytes) -> Awaitable[None] | None:
+        """The change is durable: what an editor's SyncStatus ack means (sync or async as
+        on_change)."""
+
+    async def on_stateless(self, room: RoomView, peer: PeerView, payload: str) -> None:
+        """A Stateless message from an editor."""
+
+    def on_presence(self, room: RoomView, body: bytes) -> Awaitable[None] | None:
+        """This node's editors' presence changed (one joined, moved, left); ``body`` is the
+        awareness message the room's editors were sent. Inside the sync path: keep it O(1)
+        (e.g. queue it for other nodes), or make it ``async`` as on_change."""
+
+    def remote_presence(self, room: RoomView) -> list[AwarenessEntry]:
+        """Presence held elsewhere (e.g. other nodes' editors) that the room's presence
+        snapshots include after its own editors'. Asked when an editor joins or asks for
+        everyone's presence: return what is held, do no I/O."""
+
+    async def before_read(self, room: RoomView) -> None:
+        """A REST read or a new version is about to read the document: bring it up to date
+        first (e.g. with what other nodes committed). If it fails, the read uses what the room
+        holds."""
+
+    def on_detach(self, room: RoomView, peer: PeerView) -> None:
+        """An editor left a document."""
+
+    async def on_disconnect(self, connection: ConnectionInfo) -> None:
+        """A socket closed (after on_connect)."""
+
+    async def on_unload(self, room: RoomView) -> None:
+        """A document was stored and is leaving memory."""
+
+    def on_deleted(self, name: str) -> Awaitable[None] | None:
+        """A document was deleted, on this node (REST) or on another one, and its editors here
+        were revoked: drop whatever is kept for it (e.g. cached AI suggestions). Sync or async
+        as on_change."""
+
+
+# Every hook, in the order Extension declares them: the one list registration checks against.
+HOOKS: tuple[str, ...] = tuple(
+    name for name, value in vars(Extension).items() if not name.startswith("_") and callable(value)
+)
+# What a hook's name looks like: a method named so that is not one is a misspelling.
+_HOOK_LIKE = re.compile(r"(on|before|after|remote)(_|[A-Z])")
+
+
+class UnknownHook(TypeError):
+    """An extension has a method named like a hook that is none (a misspelled hook would never
+    be called), or a hook that is not callable, or a priority that is not an int."""
+
+
 class Hooks:
+    """The registered extensions, each hook calling those that have it (by priority)."""
+
     def __init__(self, extensions: list[Any] | None = None) -> None:
-        self.extensions: list[Any] = list(extensions or [])
+        self.extensions: list[Any] = []
         # Which extensions implement each hook, worked out once: on_change runs per update.
         self._by_hook: dict[str, list[Any]] = {}
         self._tasks: set[asyncio.Future[Any]] = set()  # async on_change & co. while they run
+        for extension in extensions or ():
+            self.add(extension)
 
     def add(self, extension: Any) -> None:
+        """Register ``extension``; raises ``UnknownHook`` if it names a hook that is none."""
+        check_extension(extension)
         self.extensions.append(extension)
         self._by_hook.clear()
 
@@ -134,44 +223,44 @@ class Hooks:
             return grant
         return None
 
-    async def on_load(self, room: Room) -> None:
+    async def on_load(self, room: RoomView) -> None:
         for ext in self._having("on_load"):
             try:
                 await ext.on_load(room)
             except Exception:  # the document still opens, as stored
                 log.exception("on_load hook failed in %s for %r", _name(ext), room.name)
 
-    async def on_unload(self, room: Room) -> None:
+    async def on_unload(self, room: RoomView) -> None:
         for ext in self._having("on_unload"):
             try:
                 await ext.on_unload(room)
             except Exception:
                 log.exception("on_unload hook failed in %s for %r", _name(ext), room.name)
 
-    def on_change(self, room: Room, update: bytes, origin: object) -> None:
+    def on_change(self, room: RoomView, update: bytes, origin: object) -> None:
         for ext in self._having("on_change"):
             self._call("on_change", ext, room, update, origin)
 
-    def on_store(self, room: Room, update: bytes) -> None:
+    def on_store(self, room: RoomView, update: bytes) -> None:
         for ext in self._having("on_store"):
             self._call("on_store", ext, room, update)
 
-    def after_store(self, room: Room, update: bytes) -> None:
+    def after_store(self, room: RoomView, update: bytes) -> None:
         for ext in self._having("after_store"):
             self._call("after_store", ext, room, update)
 
-    async def on_stateless(self, room: Room, peer: Peer, payload: str) -> None:
+    async def on_stateless(self, room: RoomView, peer: PeerView, payload: str) -> None:
         for ext in self._having("on_stateless"):
             try:
                 await ext.on_stateless(room, peer, payload)
             except Exception:  # one extension's bug must not close the editor's socket
                 log.exception("on_stateless hook failed in %s", _name(ext))
 
-    def on_presence(self, room: Room, body: bytes) -> None:
+    def on_presence(self, room: RoomView, body: bytes) -> None:
         for ext in self._having("on_presence"):
             self._call("on_presence", ext, room, body)
 
-    def remote_presence(self, room: Room) -> list[AwarenessEntry]:
+    def remote_presence(self, room: RoomView) -> list[AwarenessEntry]:
         entries: list[AwarenessEntry] = []
         for ext in self._having("remote_presence"):
             try:
@@ -180,7 +269,7 @@ class Hooks:
                 log.exception("remote_presence hook failed in %s", _name(ext))
         return entries
 
-    async def before_read(self, room: Room) -> None:
+    async def before_read(self, room: RoomView) -> None:
         for ext in self._having("before_read"):
             try:
                 await ext.before_read(room)
@@ -191,7 +280,7 @@ class Hooks:
         for ext in self._having("on_deleted"):
             self._call("on_deleted", ext, name)
 
-    def on_detach(self, room: Room, peer: Peer) -> None:
+    def on_detach(self, room: RoomView, peer: PeerView) -> None:
         for ext in self._having("on_detach"):
             try:
                 ext.on_detach(room, peer)
@@ -220,8 +309,43 @@ class Hooks:
     def _having(self, name: str) -> list[Any]:
         having = self._by_hook.get(name)
         if having is None:
-            having = self._by_hook[name] = [e for e in self.extensions if hasattr(e, name)]
+            having = [e for e in self.extensions if _implements(e, name)]
+            having.sort(key=_priority, reverse=True)  # stable: equal ones in registration order
+            self._by_hook[name] = having
         return having
+
+
+def check_extension(extension: object) -> None:
+    """Raises ``UnknownHook`` if ``extension`` has a method named like a hook that is none, a
+    hook that cannot be called, or a priority that is no int."""
+    for attr in dir(extension):
+        if attr in HOOKS:
+            if not callable(getattr(extension, attr)):
+                raise UnknownHook(f"{_name(extension)}.{attr} is a hook but cannot be called")
+        elif _HOOK_LIKE.match(attr) and callable(getattr(extension, attr, None)):
+            snake = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", attr).lower()  # onChange: on_change
+            near = difflib.get_close_matches(snake, HOOKS, 1)
+            guess = f"{near[0]}?" if near else "misspelled?"
+            raise UnknownHook(
+                f"{_name(extension)}.{attr} is not a tether hook ({guess}); the hooks are "
+                + ", ".join(HOOKS)
+            )
+    priority = getattr(extension, "priority", DEFAULT_PRIORITY)
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise UnknownHook(f"{_name(extension)}.priority must be an int, not {priority!r}")
+
+
+def _implements(extension: object, hook: str) -> bool:
+    """``extension`` has its own ``hook``: not Extension's empty one, inherited by subclassing."""
+    if not hasattr(extension, hook):
+        return False
+    stub = vars(Extension).get(hook)
+    inherited = stub is not None and getattr(type(extension), hook, None) is stub
+    return not inherited or hook in getattr(extension, "__dict__", ())
+
+
+def _priority(extension: object) -> int:
+    return int(getattr(extension, "priority", DEFAULT_PRIORITY))
 
 
 def _name(ext: Any) -> str:

@@ -20,8 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from tether.protocol.session import QueueBudget
 
 from .auth.tokens import Authenticator, Grant
-from .cluster.node import Cluster
-from .cluster.stores import build_store
+from .cluster.node import Cluster, build_store
 from .config import Settings
 from .connection.admission import Admission, client_address
 from .connection.ai_off import AiOff
@@ -86,9 +85,9 @@ class TetherServer:
     ) -> None:
         settings.validate()
         self.settings = settings
-        self.hooks = Hooks(extensions)
-        if authenticate is not None:  # before the extensions: the host's own check decides
-            self.hooks.extensions.insert(0, _AuthenticateHook(authenticate))
+        # The host's own check first: it decides before the extensions' on_authenticate.
+        first = [] if authenticate is None else [_AuthenticateHook(authenticate)]
+        self.hooks = Hooks([*first, *(extensions or ())])
         self.metrics = Metrics()
         ProcessCollector(registry=self.metrics.registry)
         self.authenticator = Authenticator.from_settings(settings)

@@ -1,7 +1,7 @@
 """What this node holds of each document it has loaded: a sequence watermark and an incarnation.
 
 Pure bookkeeping, no I/O and no collab imports. One ``Ledger`` per node, made by
-``collab.cluster.stores.build_store`` and shared: the PostgreSQL store's write path records in
+``collab.cluster.node.build_store`` and shared: the PostgreSQL store's write path records in
 it what it loaded, committed, deleted and adopted (through the ``Holdings`` protocol that
 ``collab.storage.sequenced`` declares, so storage never imports the cluster), and the cluster
 reads it to detect gaps, tag what it publishes and decide which incarnation an update belongs

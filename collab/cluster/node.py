@@ -19,7 +19,7 @@ cost a failover protocol and a forwarding hop for every editor not on the owner.
 
 Each node keeps, per loaded document, a watermark: the highest seq below which its document
 holds everything (its ledger, ``collab.cluster.ledger``, which the store's write path records
-in and the cluster reads; ``collab.cluster.stores`` gives both the same one). A bus entry above
+in and the cluster reads; ``build_store`` below gives both the same one). A bus entry above
 ``watermark + 1`` is a gap; so is a head in PostgreSQL above the watermark, which every node
 checks for its loaded documents every ``bus_reconcile_interval`` seconds. Either way the node
 backfills from PostgreSQL (the snapshot if the log it needs was compacted, then the log after).
@@ -58,24 +58,53 @@ import logging
 import os
 import socket
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
 from ..rooms.manager import RoomManager
 from ..rooms.room import Room
 from ..runtime.metrics import Metrics
+from ..storage.registry import StoreOptions, open_store
 from ..storage.sequenced import Committed
-from ..storage.store import StorageError
+from ..storage.store import StorageError, Store
 from .bus import RedisBus
 from .ledger import Ledger
 from .presence import PresenceRelay
-from .stores import NodeStore
 
 log = logging.getLogger(__name__)
 
 REMOTE_ORIGIN = "cluster"
 DELETED_REASON = "document deleted"  # as collab.http.documents says on the deleting node
 _GAP_GRACE_S = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStore:
+    """The store a node uses and, for a store shared with other nodes, the ledger it keeps."""
+
+    store: Store
+    ledger: Ledger | None = None
+
+
+def build_store(settings: Settings, metrics: Metrics, given: Store | None = None) -> NodeStore:
+    """The store a host gave (used as it is: one node's), else the one ``--store`` names
+    (``collab.storage.registry``: SQLite in the data dir, or a PostgreSQL), handed this node's
+    ledger, which the cluster then reads too if other nodes share the store."""
+    if given is not None:
+        return NodeStore(given)
+    ledger = Ledger()
+    options = StoreOptions(
+        settings.data_dir,
+        commit_window=settings.commit_window_ms / 1000,
+        holdings=ledger,
+        statement_cache_size=settings.store_statement_cache_size,
+        outage_timeout=settings.store_outage_timeout,
+        queue_bytes=settings.store_queue_bytes,
+        on_refusal=lambda limit: metrics.limit_refusals.labels(limit).inc(),
+    )
+    store = open_store(settings.store, options)
+    return NodeStore(store, ledger if store.sequenced() is not None else None)
 
 
 class Cluster:

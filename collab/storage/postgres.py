@@ -13,7 +13,8 @@ writing one database:
   by a dead connection, and need no key scheme. A batch locks its documents in name order, so
   two nodes' batches cannot deadlock.
 - Group commit: one writer task takes everything queued (up to ``max_batch``) and runs it in ONE
-  transaction; futures resolve only after COMMIT returns, so an awaited append is committed.
+  transaction; futures resolve only after COMMIT returns, so an awaited append is committed
+  (``collab.storage.writer_queue``, shared with SQLite).
 - What this node holds of each document (its *watermark*: own commits, what it loaded, what
   the bus delivered; the incarnation held) is the node's ledger, given at construction as
   ``Holdings`` (``collab.storage.sequenced``; ``collab.cluster.ledger`` implements it). The
@@ -60,8 +61,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import asyncpg
 
 from ..runtime.log_redaction import redact, redact_url
+from . import postgres_sql as sql
 from .sequenced import Backfill, Committed, Holdings, StoreEvents, Watermark
 from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, names_from
+from .writer_queue import Fences, Op, WriterQueue, not_open, resolve, wait
 
 log = logging.getLogger(__name__)
 
@@ -69,154 +72,6 @@ SCHEMA_VERSION = 3
 _RETRY_FIRST_S = 0.05
 _RETRY_MAX_S = 1.0
 
-
-# A batch of appends only (the hot path) is ONE statement, so ONE round trip, committed on its
-# own: the document rows are locked from FOR UPDATE to COMMIT and no longer, which is what
-# bounds how fast nodes writing the same document can take turns.
-# p_epochs: per update, the incarnation it belongs to (> 0: exactly that epoch) or, < = 0, any
-# incarnation above -p_epoch (created now if none exists). An update whose incarnation is gone
-# comes back with seq 0 and is not stored.
-_APPEND_FUNCTION = """CREATE OR REPLACE FUNCTION tether_append(
-        p_names text[], p_datas bytea[], p_epochs bigint[], p_now double precision)
-    RETURNS TABLE (ord bigint, seq bigint, entries bigint, epoch bigint) LANGUAGE plpgsql AS $$
-    BEGIN
-        INSERT INTO tether_documents (name, created_at, updated_at)
-            SELECT DISTINCT t.n, p_now, p_now FROM unnest(p_names, p_epochs) AS t(n, e)
-            WHERE t.e <= 0 ORDER BY 1
-            ON CONFLICT (name) DO NOTHING;
-        PERFORM 1 FROM tether_documents WHERE name = ANY(p_names) ORDER BY name FOR UPDATE;
-        RETURN QUERY
-        WITH input AS (
-            SELECT t.n, t.d, t.e, t.o
-            FROM unnest(p_names, p_datas, p_epochs) WITH ORDINALITY AS t(n, d, e, o)
-        ), numbered AS (
-            SELECT i.n, i.d, i.o, doc.epoch AS g,
-                doc.last_seq + row_number() OVER w AS s,
-                doc.log_entries + row_number() OVER w AS e
-            FROM input AS i JOIN tether_documents AS doc ON doc.name = i.n
-            WHERE (i.e > 0 AND doc.epoch = i.e) OR (i.e <= 0 AND doc.epoch > -i.e)
-            WINDOW w AS (PARTITION BY i.n ORDER BY i.o)
-        ), inserted AS (
-            INSERT INTO tether_updates (name, seq, data) SELECT n, s, d FROM numbered
-        ), saved AS (
-            UPDATE tether_documents AS doc
-            SET last_seq = m.s, log_entries = m.e, log_bytes = doc.log_bytes + m.b,
-                updated_at = p_now
-            FROM (SELECT n, max(s) AS s, max(e) AS e, sum(length(d)) AS b
-                  FROM numbered GROUP BY n) AS m
-            WHERE doc.name = m.n
-        )
-        SELECT input.o, COALESCE(numbered.s, 0), COALESCE(numbered.e, 0),
-            COALESCE(numbered.g, 0)
-        FROM input LEFT JOIN numbered ON numbered.o = input.o ORDER BY input.o;
-    END $$"""
-
-_SCHEMA = (
-    """CREATE TABLE IF NOT EXISTS tether_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)""",
-    """CREATE TABLE IF NOT EXISTS tether_documents (
-        name TEXT PRIMARY KEY,
-        snapshot BYTEA,
-        snapshot_seq BIGINT NOT NULL DEFAULT 0,
-        last_seq BIGINT NOT NULL DEFAULT 0,
-        log_entries BIGINT NOT NULL DEFAULT 0,
-        log_bytes BIGINT NOT NULL DEFAULT 0,
-        created_at DOUBLE PRECISION NOT NULL,
-        updated_at DOUBLE PRECISION NOT NULL
-    )""",
-    """CREATE TABLE IF NOT EXISTS tether_updates (
-        name TEXT NOT NULL,
-        seq BIGINT NOT NULL,
-        data BYTEA NOT NULL,
-        PRIMARY KEY (name, seq)
-    )""",
-    """CREATE TABLE IF NOT EXISTS tether_versions (
-        id BIGSERIAL PRIMARY KEY,
-        name TEXT NOT NULL,
-        label TEXT NOT NULL,
-        created_at DOUBLE PRECISION NOT NULL,
-        data BYTEA NOT NULL
-    )""",
-    "CREATE INDEX IF NOT EXISTS tether_versions_by_name ON tether_versions (name, id)",
-    # Who made each version, for its byte quota.
-    "ALTER TABLE tether_versions ADD COLUMN IF NOT EXISTS subject TEXT NOT NULL DEFAULT ''",
-    "CREATE INDEX IF NOT EXISTS tether_versions_by_subject ON tether_versions (subject)",
-    # Schema 2: incarnations (see the module docstring).
-    "CREATE SEQUENCE IF NOT EXISTS tether_epochs",
-    """ALTER TABLE tether_documents
-        ADD COLUMN IF NOT EXISTS epoch BIGINT NOT NULL DEFAULT nextval('tether_epochs')""",
-    """CREATE TABLE IF NOT EXISTS tether_tombstones (
-        name TEXT PRIMARY KEY,
-        epoch BIGINT NOT NULL
-    )""",
-    "DROP FUNCTION IF EXISTS tether_append(text[], bytea[], double precision)",
-    _APPEND_FUNCTION,
-)
-
-# Schema 3: the version bytes per token subject (everyone = false) and of every version (the
-# one row with everyone = true), kept by whatever inserts or deletes versions, in its own
-# transaction. Every version insert updates the everyone row, so versions taken at once on any
-# nodes take turns on it until each commits: acceptable, versions are rare and each insert is
-# one short statement. Rows are locked subjects first, in order, then the everyone row, so two
-# writers cannot deadlock on them.
-_VERSION_TOTALS = """CREATE TABLE tether_version_totals (
-        everyone BOOLEAN NOT NULL,
-        subject TEXT NOT NULL,
-        bytes BIGINT NOT NULL,
-        PRIMARY KEY (everyone, subject)
-    )"""
-_BACKFILL_VERSION_TOTALS = """INSERT INTO tether_version_totals (everyone, subject, bytes)
-    SELECT false, subject, SUM(LENGTH(data)) FROM tether_versions GROUP BY subject
-    UNION ALL SELECT true, '', COALESCE(SUM(LENGTH(data)), 0) FROM tether_versions"""
-# Adds each (subject, bytes) of {changes} to its subject's row and their sum to everyone's.
-_COUNT_VERSIONS = """INSERT INTO tether_version_totals (everyone, subject, bytes)
-    SELECT false, c.subject, c.bytes FROM {changes}
-    UNION ALL SELECT true, '', SUM(c.bytes) FROM {changes} HAVING COUNT(*) > 0
-    ORDER BY 1, 2
-    ON CONFLICT (everyone, subject)
-    DO UPDATE SET bytes = tether_version_totals.bytes + excluded.bytes"""
-_ADD_VERSION = (
-    """WITH added AS (
-        INSERT INTO tether_versions (name, label, created_at, data, subject)
-        VALUES ($1, $2, $3, $4, $5) RETURNING id, subject, LENGTH(data)::bigint AS bytes
-    ), counted AS ("""
-    + _COUNT_VERSIONS.format(changes="added AS c")
-    + """)
-    SELECT id FROM added"""
-)
-# One version forgotten, and its bytes taken off its subject's total and everyone's, in one
-# statement (so one transaction); yields how many went (0 or 1).
-_DELETE_VERSION = (
-    """WITH gone AS (
-        DELETE FROM tether_versions WHERE name = $1 AND id = $2
-        RETURNING subject, -LENGTH(data)::bigint AS bytes
-    ), counted AS ("""
-    + _COUNT_VERSIONS.format(changes="gone AS c")
-    + """)
-    SELECT COUNT(*) FROM gone"""
-)
-# What deleting a document's versions frees, per subject: counted at the end of the batch.
-_DELETE_VERSIONS = """WITH gone AS (
-        DELETE FROM tether_versions WHERE name = $1 RETURNING subject, LENGTH(data) AS bytes
-    ) SELECT subject, SUM(bytes)::bigint AS bytes FROM gone GROUP BY subject"""
-_UNCOUNT_VERSIONS = _COUNT_VERSIONS.format(
-    changes="unnest($1::text[], $2::bigint[]) AS c(subject, bytes)"
-)
-
-_CREATE_ROWS = """INSERT INTO tether_documents (name, created_at, updated_at)
-    SELECT n, $2, $2 FROM unnest($1::text[]) AS n ORDER BY n
-    ON CONFLICT (name) DO NOTHING"""
-_LOCK_ROWS = """SELECT name, last_seq, snapshot_seq, log_entries, log_bytes, epoch
-    FROM tether_documents WHERE name = ANY($1::text[]) ORDER BY name FOR UPDATE"""
-_INSERT_UPDATES = """INSERT INTO tether_updates (name, seq, data)
-    SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])"""
-_SAVE_ROW = """UPDATE tether_documents SET last_seq = $2, snapshot_seq = $3, log_entries = $4,
-    log_bytes = $5, updated_at = $6 WHERE name = $1"""
-# Names compare and sort by code point (COLLATE "C"), as in SQLite and in memory, whatever the
-# database's locale: a page's cursor means the same on every store.
-_INFO = """SELECT name, created_at, updated_at, log_entries,
-        COALESCE(LENGTH(snapshot), 0) + log_bytes
-    FROM tether_documents {where} ORDER BY name COLLATE "C"
-"""
 
 # The link failed (refused, cut, timed out) vs. anything the server said.
 _LINK_ERRORS = (TimeoutError, OSError, asyncpg.InterfaceError)
@@ -226,13 +81,8 @@ OpKind = Literal["append", "compact", "delete"]
 
 
 @dataclass(eq=False, slots=True)
-class _Op:
-    kind: OpKind
-    name: str
-    data: bytes
-    future: asyncio.Future[Any]
+class _Op(Op):
     seq: int = 0  # append: its number, once its batch has run
-    order: int = 0  # when it was called, counted per store (fences: see _fenced)
     epoch: int = 0  # the incarnation it must land in, taken when its batch runs (see _expect)
     # compact: what the caller's snapshot holds: the watermark when it called, and its own
     # appends called before (numbered later, when their batches run)
@@ -277,36 +127,37 @@ class PostgresStore(Store):
         statement_cache_size: int = 100,
         on_refusal: Callable[[str], None] | None = None,
     ) -> None:
-        if max_batch < 1:
-            raise ValueError("max_batch must be at least 1")
         self.dsn = dsn
         self.commits = 0
         self._ledger = ledger
         self._events: StoreEvents | None = None
-        self._on_refusal = on_refusal
-        self._max_batch = max_batch
         self._outage_timeout = outage_timeout
-        self._queue_bytes = queue_bytes
         self._read_connections = read_connections
         # Named prepared statements live on a server connection; behind a PgBouncer in
         # transaction pooling the next transaction may run on another one (0: unnamed only).
         self._connect_args: dict[str, Any] = {"statement_cache_size": statement_cache_size}
         self._state: Lifecycle = "new"
-        self._queue: asyncio.Queue[_Op | None] = asyncio.Queue()
-        self._queued_bytes = 0
+        self._waiting: asyncio.Queue[_Op | None] = asyncio.Queue()  # None = stop
+        self._queue = WriterQueue(
+            self._waiting,
+            asyncio.QueueEmpty,
+            max_batch=max_batch,
+            bound=queue_bytes,
+            limit="store_queue_bytes",
+            engine="PostgreSQL",
+            on_refusal=on_refusal,
+            log=log,
+        )
         self._writer: asyncpg.Connection | None = None
         self._pool: asyncpg.Pool | None = None
         self._task: asyncio.Task[None] | None = None
-        # document -> the call number of its append that failed: what was called after it
-        # fails too, until resume()
-        self._fenced: dict[str, int] = {}
-        self._calls = 0
+        # documents whose append failed: what was called after it fails too, until resume()
+        self._fences = Fences()
         # appends called but not yet committed, per document: a compact called now holds them
         self._uncommitted: dict[str, list[_Op]] = {}
         self.available = False  # the last database round trip worked
         self.last_error = ""
         self._outage_logged = False
-        self._refusal_logged = False
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -335,7 +186,7 @@ class PostgresStore(Store):
         if self._state != "open":
             return
         self._state = "closed"
-        self._queue.put_nowait(None)
+        self._queue.stop()
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
         await self._close_connections()
@@ -360,65 +211,45 @@ class PostgresStore(Store):
 
     @property
     def queued_bytes(self) -> int:
-        return self._queued_bytes
+        return self._queue.queued_bytes
 
     # -- writes ------------------------------------------------------------------------------
 
     def append(self, name: str, update: bytes) -> Coroutine[Any, Any, int]:
-        return _wait(self.append_future(name, update))
+        return wait(self.append_future(name, update))
 
     def append_future(self, name: str, update: bytes) -> asyncio.Future[int]:
         return self._enqueue("append", name, bytes(update))
 
     def compact(self, name: str, snapshot: bytes) -> Coroutine[Any, Any, None]:
-        return _wait(self._enqueue("compact", name, bytes(snapshot)))
+        return wait(self._enqueue("compact", name, bytes(snapshot)))
 
     def delete(self, name: str) -> Coroutine[Any, Any, None]:
-        return _wait(self._enqueue("delete", name, b""))
+        return wait(self._enqueue("delete", name, b""))
 
     def resume(self, name: str) -> None:
-        self._fenced.pop(name, None)
-
-    def _fence(self, op: _Op) -> None:
-        if op.kind == "append" and op.name not in self._fenced:
-            self._fenced[op.name] = op.order
-
-    def _is_fenced(self, op: _Op) -> bool:
-        failed = self._fenced.get(op.name)
-        return failed is not None and op.kind != "delete" and op.order > failed
+        self._fences.lift(name)
 
     def _enqueue(self, kind: OpKind, name: str, data: bytes) -> asyncio.Future[Any]:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._calls += 1
+        order = self._queue.number()
         if self._state != "open":
-            future.set_exception(
-                StorageError(f"cannot {kind} {name!r}: the store is {self._state}")
-            )
-        elif kind != "delete" and name in self._fenced:
+            future.set_exception(not_open(kind, name, self._state))
+        elif kind != "delete" and name in self._fences:
             future.set_exception(_fenced_error(kind, name))
-        elif self._queued_bytes + len(data) > self._queue_bytes and self._queued_bytes:
-            if self._on_refusal is not None:
-                self._on_refusal("store_queue_bytes")
-            if not self._refusal_logged:  # once per backlog, not per write
-                self._refusal_logged = True
-                log.error("%d bytes wait for PostgreSQL: refusing new writes", self._queued_bytes)
-            future.set_exception(
-                StorageError(
-                    f"cannot {kind} {name!r}: {self._queued_bytes} bytes wait for the database"
-                )
-            )
-            if kind == "append" and name not in self._fenced:
-                self._fenced[name] = self._calls
+        elif (refused := self._queue.refusal(kind, name, len(data))) is not None:
+            future.set_exception(refused)
+            if kind == "append":
+                self._fences.fence(name, order)
         else:
-            self._queued_bytes += len(data)
-            op = _Op(kind, name, data, future, order=self._calls)
+            op = _Op(kind, name, data, future, order=order)
             if kind == "append":
                 self._uncommitted.setdefault(name, []).append(op)
             elif kind == "compact":
                 # Read now, at call time: the caller took the snapshot in this same step.
                 op.held = self._ledger.watermark(name).copy()
                 op.before = list(self._uncommitted.get(name, ()))
-            self._queue.put_nowait(op)
+            self._queue.put(op)
         return future
 
     # -- reads -------------------------------------------------------------------------------
@@ -427,17 +258,13 @@ class PostgresStore(Store):
         async def query(conn: asyncpg.Connection) -> list[bytes]:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 row = await conn.fetchrow(
-                    "SELECT snapshot, snapshot_seq, epoch FROM tether_documents WHERE name = $1",
+                    sql.LOAD_ROW,
                     name,
                 )
-                rows = await conn.fetch(
-                    "SELECT seq, data FROM tether_updates WHERE name = $1 ORDER BY seq", name
-                )
+                rows = await conn.fetch(sql.LOAD_LOG, name)
                 ended = None
                 if row is None:
-                    ended = await conn.fetchval(
-                        "SELECT epoch FROM tether_tombstones WHERE name = $1", name
-                    )
+                    ended = await conn.fetchval(sql.TOMBSTONE, name)
             self._ledger.loaded(
                 name,
                 int(row["epoch"]) if row is not None else -int(ended or 0),
@@ -455,9 +282,7 @@ class PostgresStore(Store):
         async def query(conn: asyncpg.Connection) -> Backfill:
             async with conn.transaction(isolation="repeatable_read", readonly=True):
                 row = await conn.fetchrow(
-                    "SELECT snapshot_seq, epoch,"
-                    " CASE WHEN snapshot_seq > $2 THEN snapshot END AS snap"
-                    " FROM tether_documents WHERE name = $1",
+                    sql.BACKFILL_ROW,
                     name,
                     after,
                 )
@@ -465,8 +290,7 @@ class PostgresStore(Store):
                     return Backfill(None, 0)
                 start = max(after, int(row["snapshot_seq"]))
                 rows = await conn.fetch(
-                    "SELECT seq, data FROM tether_updates WHERE name = $1 AND seq > $2"
-                    " ORDER BY seq",
+                    sql.BACKFILL_LOG,
                     name,
                     start,
                 )
@@ -484,9 +308,7 @@ class PostgresStore(Store):
         """Each named document's last committed seq (documents never written are absent)."""
 
         async def query(conn: asyncpg.Connection) -> dict[str, int]:
-            rows = await conn.fetch(
-                "SELECT name, last_seq FROM tether_documents WHERE name = ANY($1::text[])", names
-            )
+            rows = await conn.fetch(sql.HEADS, names)
             return {r["name"]: int(r["last_seq"]) for r in rows}
 
         return await self._read(query)
@@ -496,7 +318,7 @@ class PostgresStore(Store):
 
         async def query(conn: asyncpg.Connection) -> dict[str, tuple[int, int]]:
             rows = await conn.fetch(
-                "SELECT name, epoch, last_seq FROM tether_documents WHERE name = ANY($1::text[])",
+                sql.GENERATIONS,
                 names,
             )
             return {r["name"]: (int(r["epoch"]), int(r["last_seq"])) for r in rows}
@@ -507,20 +329,19 @@ class PostgresStore(Store):
         self, *, prefix: str = "", after: str = "", limit: int | None = None
     ) -> list[DocumentInfo]:
         low, high = names_from(prefix)
-        where = 'WHERE name COLLATE "C" > $1 AND name COLLATE "C" >= $2' + (
-            ' AND name COLLATE "C" < $3' if high is not None else ""
-        )
+        where = sql.PAGE_FROM + (sql.PAGE_BELOW if high is not None else "")
         args: list[Any] = [after, low] + ([high] if high is not None else [])
-        sql = _INFO.format(where=where) + (f" LIMIT {int(limit)}" if limit is not None else "")
+        page = sql.INFO.format(where=where) + (f" LIMIT {int(limit)}" if limit is not None else "")
 
         async def query(conn: asyncpg.Connection) -> list[DocumentInfo]:
-            return [_info(r) for r in await conn.fetch(sql, *args) if r["name"].startswith(prefix)]
+            rows = await conn.fetch(page, *args)
+            return [_info(r) for r in rows if r["name"].startswith(prefix)]
 
         return await self._read(query)
 
     async def info(self, name: str) -> DocumentInfo | None:
         async def query(conn: asyncpg.Connection) -> DocumentInfo | None:
-            row = await conn.fetchrow(_INFO.format(where="WHERE name = $1"), name)
+            row = await conn.fetchrow(sql.INFO_OF, name)
             return None if row is None else _info(row)
 
         return await self._read(query)
@@ -540,21 +361,20 @@ class PostgresStore(Store):
         async def query(conn: asyncpg.Connection) -> VersionInfo:
             now = time.time()
             # One statement, so one transaction: the version and its bytes in the totals.
-            version = await conn.fetchval(_ADD_VERSION, name, label, now, data, subject)
+            version = await conn.fetchval(sql.ADD_VERSION, name, label, now, data, subject)
             return VersionInfo(int(version), name, label, now, len(data))
 
         return self._read(query)
 
     def delete_version(self, name: str, version: int) -> Coroutine[Any, Any, bool]:
         async def query(conn: asyncpg.Connection) -> bool:
-            return bool(await conn.fetchval(_DELETE_VERSION, name, version))
+            return bool(await conn.fetchval(sql.DELETE_VERSION, name, version))
 
         return self._read(query)
 
     async def version_bytes(self, subject: str | None = None) -> int:
         async def query(conn: asyncpg.Connection) -> int:
-            sql = "SELECT bytes FROM tether_version_totals WHERE everyone = $1 AND subject = $2"
-            total = await conn.fetchval(sql, subject is None, subject or "")
+            total = await conn.fetchval(sql.VERSION_BYTES, subject is None, subject or "")
             return int(total or 0)
 
         return await self._read(query)
@@ -562,8 +382,7 @@ class PostgresStore(Store):
     async def list_versions(self, name: str) -> list[VersionInfo]:
         async def query(conn: asyncpg.Connection) -> list[VersionInfo]:
             rows = await conn.fetch(
-                "SELECT id, name, label, created_at, LENGTH(data) AS size FROM tether_versions"
-                " WHERE name = $1 ORDER BY id",
+                sql.LIST_VERSIONS,
                 name,
             )
             return [
@@ -575,16 +394,14 @@ class PostgresStore(Store):
 
     async def load_version(self, name: str, version: int) -> bytes | None:
         async def query(conn: asyncpg.Connection) -> bytes | None:
-            data = await conn.fetchval(
-                "SELECT data FROM tether_versions WHERE name = $1 AND id = $2", name, version
-            )
+            data = await conn.fetchval(sql.LOAD_VERSION, name, version)
             return None if data is None else bytes(data)
 
         return await self._read(query)
 
     async def ping(self) -> bool:
         try:
-            await self._read(lambda conn: conn.fetchval("SELECT 1"))
+            await self._read(lambda conn: conn.fetchval(sql.PING))
         except StorageError:
             return False
         return True
@@ -611,25 +428,18 @@ class PostgresStore(Store):
                 await self._commit(ops)
 
     async def _take(self) -> tuple[list[_Op], bool]:
-        ops: list[_Op] = []
-        item = await self._queue.get()
-        while item is not None:
-            ops.append(item)
-            if len(ops) >= self._max_batch:
-                return ops, False
-            try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return ops, False
-        return ops, True
+        first = await self._waiting.get()
+        if first is None:
+            return [], True
+        return self._queue.rest([first])
 
     async def _commit(self, ops: list[_Op]) -> None:
-        if self._fenced:  # queued before their document's earlier append failed
-            for op in [op for op in ops if self._is_fenced(op)]:
+        if self._fences:  # queued before their document's earlier append failed
+            held = [op for op in ops if self._fences.holds(op)]
+            for op in held:
                 self._settled(op)
-                if not op.future.done():
-                    op.future.set_exception(_fenced_error(op.kind, op.name))
-            ops = [op for op in ops if not self._is_fenced(op)]
+            resolve(held, [_fenced_error(op.kind, op.name) for op in held])
+            ops = [op for op in ops if not self._fences.holds(op)]
             if not ops:
                 return
         deadline = time.monotonic() + self._outage_timeout
@@ -679,15 +489,15 @@ class PostgresStore(Store):
                 events.committed(committed)
             except Exception:  # the bus must never hold up an ack
                 log.exception("telling the listener of commits failed")
-        for op, result in zip(ops, results, strict=True):
-            if op.future.done():
-                continue
-            if isinstance(result, _Stale):
-                op.future.set_exception(
-                    StorageError(f"{op.kind} {op.name!r}: the document was deleted meanwhile")
-                )
-            else:
-                op.future.set_result(result)
+        resolve(
+            ops,
+            [
+                StorageError(f"{op.kind} {op.name!r}: the document was deleted meanwhile")
+                if isinstance(result, _Stale)
+                else result
+                for op, result in zip(ops, results, strict=True)
+            ],
+        )
         for name in stale:
             log.warning("document %r was deleted by another node; closing it here", name)
             if events is not None:
@@ -696,16 +506,11 @@ class PostgresStore(Store):
     def _settle_failed(self, ops: list[_Op], exc: BaseException) -> None:
         for op in ops:
             self._settled(op)
-            self._fence(op)
-            if not op.future.done():
-                error = StorageError(f"{op.kind} {op.name!r} failed: {redact(str(exc))}")
-                error.__cause__ = exc
-                op.future.set_exception(error)
+            self._fences.failed(op)
+        resolve(ops, [_failure(op, exc) for op in ops])
 
     def _settled(self, op: _Op) -> None:
-        self._queued_bytes -= len(op.data)
-        if not self._queued_bytes:
-            self._refusal_logged = False
+        self._queue.settled(op)
         if op.kind == "append":
             waiting = self._uncommitted.get(op.name)
             if waiting:
@@ -729,7 +534,10 @@ class PostgresStore(Store):
         self.last_error = redact(f"{type(exc).__name__}: {exc}")[:300]
         if not self._outage_logged:
             self._outage_logged = True
-            log.error("PostgreSQL unreachable; writes wait, nothing is acked: %s", self.last_error)
+            log.error(
+                "PostgreSQL unreachable; writes wait, nothing is acked: %s",
+                self.last_error,
+            )
 
     def _available(self) -> None:
         if not self.available and self._outage_logged:
@@ -765,12 +573,16 @@ async def _run_batch(
     committed: list[Committed] = []
     freed: dict[str, int] = {}  # version bytes the deletes removed, per subject
     async with conn.transaction():
-        await conn.execute(_CREATE_ROWS, creatable, now)
+        await conn.execute(sql.CREATE_ROWS, creatable, now)
         rows = {
             r["name"]: _Row(
-                r["last_seq"], r["snapshot_seq"], r["log_entries"], r["log_bytes"], r["epoch"]
+                r["last_seq"],
+                r["snapshot_seq"],
+                r["log_entries"],
+                r["log_bytes"],
+                r["epoch"],
             )
-            for r in await conn.fetch(_LOCK_ROWS, names)
+            for r in await conn.fetch(sql.LOCK_ROWS, names)
         }
         pending: list[Committed] = []
         for op in ops:
@@ -801,13 +613,12 @@ async def _run_batch(
                     await _compact(conn, op, row)
             elif row is not None and not row.deleted:
                 op.epoch = row.epoch
-                for gone in await conn.fetch(_DELETE_VERSIONS, op.name):
+                for gone in await conn.fetch(sql.DELETE_VERSIONS, op.name):
                     freed[gone["subject"]] = freed.get(gone["subject"], 0) + gone["bytes"]
-                await conn.execute("DELETE FROM tether_updates WHERE name = $1", op.name)
-                await conn.execute("DELETE FROM tether_documents WHERE name = $1", op.name)
+                await conn.execute(sql.DELETE_LOG, op.name)
+                await conn.execute(sql.DELETE_ROW, op.name)
                 await conn.execute(
-                    "INSERT INTO tether_tombstones (name, epoch) VALUES ($1, $2)"
-                    " ON CONFLICT (name) DO UPDATE SET epoch = excluded.epoch",
+                    sql.BURY,
                     op.name,
                     row.epoch,
                 )
@@ -820,11 +631,13 @@ async def _run_batch(
         for name, row in rows.items():
             if not row.deleted:
                 await conn.execute(
-                    _SAVE_ROW, name, row.last_seq, row.snapshot_seq, row.log_entries,
+                    sql.SAVE_ROW, name, row.last_seq, row.snapshot_seq, row.log_entries,
                     row.log_bytes, now,
                 )  # fmt: skip
         if freed:  # once, after every delete: the totals' rows are locked in one order
-            await conn.execute(_UNCOUNT_VERSIONS, list(freed), [-size for size in freed.values()])
+            await conn.execute(
+                sql.UNCOUNT_VERSIONS, list(freed), [-size for size in freed.values()]
+            )
     return results, committed
 
 
@@ -832,8 +645,7 @@ async def _run_appends(
     conn: asyncpg.Connection, ops: list[_Op], now: float
 ) -> tuple[list[Result], list[Committed]]:
     rows = await conn.fetch(
-        "SELECT ord, seq, entries, epoch"
-        " FROM tether_append($1::text[], $2::bytea[], $3::bigint[], $4)",
+        sql.APPEND,
         [op.name for op in ops],
         [op.data for op in ops],
         [op.epoch for op in ops],
@@ -855,15 +667,14 @@ async def _run_appends(
 async def _insert(conn: asyncpg.Connection, pending: list[Committed]) -> None:
     if pending:
         names, seqs, datas = zip(*pending, strict=True)
-        await conn.execute(_INSERT_UPDATES, list(names), list(seqs), list(datas))
+        await conn.execute(sql.INSERT_UPDATES, list(names), list(seqs), list(datas))
 
 
 async def _recreate(conn: asyncpg.Connection, name: str, now: float) -> int:
     """A document deleted earlier in the batch, created again: its new epoch."""
     return int(
         await conn.fetchval(
-            "INSERT INTO tether_documents (name, created_at, updated_at) VALUES ($1, $2, $2)"
-            " RETURNING epoch",
+            sql.RECREATE,
             name,
             now,
         )
@@ -875,13 +686,9 @@ async def _compact(conn: asyncpg.Connection, op: _Op, row: _Row) -> None:
     upto = min(op.upto(), row.last_seq)
     if upto <= row.snapshot_seq:
         return
-    await conn.execute(
-        "UPDATE tether_documents SET snapshot = $2 WHERE name = $1", op.name, op.data
-    )
+    await conn.execute(sql.SET_SNAPSHOT, op.name, op.data)
     left = await conn.fetchrow(
-        "WITH gone AS (DELETE FROM tether_updates WHERE name = $1 AND seq <= $2 RETURNING 1)"
-        " SELECT COUNT(*) AS n, COALESCE(SUM(LENGTH(u.data)), 0) AS bytes"
-        " FROM tether_updates AS u WHERE u.name = $1 AND u.seq > $2",
+        sql.FOLD_LOG,
         op.name,
         upto,
     )
@@ -893,20 +700,19 @@ async def _compact(conn: asyncpg.Connection, op: _Op, row: _Row) -> None:
 async def _migrate(conn: asyncpg.Connection) -> None:
     async with conn.transaction():
         # Two nodes starting at once: one migrates, the other waits here, then sees it done.
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('tether-schema'))")
-        for statement in _SCHEMA:
+        await conn.execute(sql.MIGRATION_LOCK)
+        for statement in sql.SCHEMA:
             await conn.execute(statement)
         # Schema 3: counted once from the versions already stored, under the lock above, so
         # by one node only; later every version write keeps the totals in its transaction.
-        if await conn.fetchval("SELECT to_regclass('tether_version_totals')") is None:
-            await conn.execute(_VERSION_TOTALS)
-            await conn.execute(_BACKFILL_VERSION_TOTALS)
-        version = await conn.fetchval("SELECT value FROM tether_meta WHERE key = 'schema'")
+        if await conn.fetchval(sql.HAS_VERSION_TOTALS) is None:
+            await conn.execute(sql.VERSION_TOTALS)
+            await conn.execute(sql.BACKFILL_VERSION_TOTALS)
+        version = await conn.fetchval(sql.SCHEMA_READ)
         if version is not None and int(version) > SCHEMA_VERSION:
             raise StorageError(f"schema version {version} is newer than {SCHEMA_VERSION}")
         await conn.execute(
-            "INSERT INTO tether_meta (key, value) VALUES ('schema', $1)"
-            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            sql.SCHEMA_WRITE,
             str(SCHEMA_VERSION),
         )
 
@@ -920,6 +726,13 @@ def _is_transient(exc: asyncpg.PostgresError) -> bool:
     # deadlock): retry. Anything else is about the data and would fail again.
     state = getattr(exc, "sqlstate", "") or ""
     return state.startswith(("08", "57P", "40", "53"))
+
+
+def _failure(op: _Op, exc: BaseException) -> StorageError:
+    # One instance per future: a shared exception would collect every awaiter's traceback.
+    error = StorageError(f"{op.kind} {op.name!r} failed: {redact(str(exc))}")
+    error.__cause__ = exc
+    return error
 
 
 def _fenced_error(kind: str, name: str) -> StorageError:
@@ -938,8 +751,9 @@ def pgbouncer_dsn(dsn: str) -> tuple[str, bool]:
     if len(kept) == len(query):
         return dsn, False
     flag = next(v for k, v in query if k == "pgbouncer").lower()
-    return urlunsplit(parts._replace(query=urlencode(kept))), flag in ("true", "1", "yes", "on")
-
-
-async def _wait(future: asyncio.Future[Any]) -> Any:
-    return await future
+    return urlunsplit(parts._replace(query=urlencode(kept))), flag in (
+        "true",
+        "1",
+        "yes",
+        "on",
+    )

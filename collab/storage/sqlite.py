@@ -1,10 +1,11 @@
 """SQLite storage (WAL, one writer thread, group commit); knows no Yjs, sockets or servers.
 
 The only asyncio it touches is the futures it resolves. Writes go through one queue to one
-writer thread, which runs everything queued in ONE transaction, commits (fsync with
-synchronous=FULL), and only then resolves the writes' futures: so an awaited append is durable,
-and writes arriving during a commit share the next one's fsync. Reads run in worker threads on
-a separate read connection; WAL lets them proceed while the writer commits.
+writer thread (``collab.storage.writer_queue``, shared with PostgreSQL), which runs everything
+queued in ONE transaction, commits (fsync with synchronous=FULL), and only then resolves the
+writes' futures: so an awaited append is durable, and writes arriving during a commit share the
+next one's fsync. Reads run in worker threads on a separate read connection; WAL lets them
+proceed while the writer commits.
 
 A document's ``updated_at`` is written at most once a second (``_TOUCH_EVERY_S``): a batch of
 appends in between is one INSERT of many rows in its own transaction (a page less to write and
@@ -32,11 +33,12 @@ from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NoReturn, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar
 
 from ..runtime.thread_names import name_os_thread
 from .commit_window import CommitWindow
 from .store import DocumentInfo, Lifecycle, StorageError, Store, VersionInfo, names_from
+from .writer_queue import Fences, Op, WriterQueue, failed, not_open, wait
 
 T = TypeVar("T")
 
@@ -114,11 +116,7 @@ OpKind = Literal["append", "compact", "delete", "version", "delete_version", "re
 
 
 @dataclass(eq=False, slots=True)
-class _Op:
-    kind: OpKind
-    name: str
-    data: bytes
-    future: asyncio.Future[Any]
+class _Op(Op):
     label: str = ""  # a version's
     subject: str = ""  # who made the version
     version: int = 0  # the version a delete_version forgets
@@ -140,18 +138,16 @@ class SQLiteStore(Store):
     ) -> None:
         if synchronous.upper() not in _SYNC_MODES:
             raise ValueError(f"synchronous must be one of {sorted(_SYNC_MODES)}")
-        if max_batch < 1:
-            raise ValueError("max_batch must be at least 1")
         self.path = Path(path)
         self.commits = 0
         self._synchronous = synchronous.upper()
-        self._max_batch = max_batch
         # The longest a commit waits after its first write for more to share its sync (0:
         # never); it waits only when others write meanwhile (``commit_window``'s docstring).
         self.window = CommitWindow(max(0.0, commit_window))
         self._state: Lifecycle = "new"
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
+        self._waiting: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()  # None = stop
+        self._queue = WriterQueue(self._waiting, queue.Empty, max_batch=max_batch)
         self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._stopped: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._exited = False  # the writer thread is gone (a bool: read on every append)
@@ -193,7 +189,7 @@ class SQLiteStore(Store):
                 self._list_thread.submit(_open_reader, self.path)
             )
         except BaseException as exc:
-            self._queue.put(None)  # the writer (if it started) exits on its own
+            self._queue.stop()  # the writer (if it started) exits on its own
             if isinstance(exc, sqlite3.Error | OSError):
                 raise StorageError(f"cannot open {self.path}: {exc}") from exc
             raise
@@ -204,7 +200,7 @@ class SQLiteStore(Store):
         if self._state != "open":
             return
         self._state = "closed"  # refuse new writes first, so the stop marker is the last item
-        self._queue.put(None)
+        self._queue.stop()
         await asyncio.wrap_future(self._stopped)
         await asyncio.wrap_future(self._read_thread.submit(self._close_reader))
         self._read_thread.shutdown(wait=False)
@@ -265,7 +261,7 @@ class SQLiteStore(Store):
         future: asyncio.Future[bool] = self._loop.create_future()
         self._put(_Op("delete_version", name, b"", future, version=version))
         try:
-            return await _wait(future)
+            return await wait(future)
         finally:
             self._version_sizes = None  # its bytes left a subject's sum: read the sums again
             self._versions_changed += 1
@@ -288,14 +284,15 @@ class SQLiteStore(Store):
         self, kind: OpKind, name: str, data: bytes, label: str = "", subject: str = ""
     ) -> Coroutine[Any, Any, Any]:
         if self._state != "open" or self._loop is None:
-            return _failed(StorageError(f"cannot {kind} {name!r}: the store is {self._state}"))
+            return failed(not_open(kind, name, self._state))
         if self._stopped.done():
-            return _failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
+            return failed(StorageError(f"cannot {kind} {name!r}: the writer thread has exited"))
         future = self._loop.create_future()
-        self._put(_Op(kind, name, data, future, label, subject))
-        return _wait(future)
+        self._put(_Op(kind, name, data, future, label=label, subject=subject))
+        return wait(future)
 
     def _put(self, op: _Op) -> None:
+        op.order = self._queue.number()
         op.queued_at = now = time.monotonic()
         self.window.queued(now)  # settled in _settled, on this loop too
         self._queue.put(op)
@@ -368,7 +365,7 @@ class SQLiteStore(Store):
 
     def _serve(self, writer: _Writer) -> None:
         stop = False
-        fenced: set[str] = set()  # documents with a failed append, until resumed
+        fenced = Fences()  # documents with a failed append, until resumed (this thread's)
         while not stop:
             ops, stop = self._take()
             if ops:
@@ -379,30 +376,20 @@ class SQLiteStore(Store):
         commit window says so, what else comes within it too (one sync for all of them). The
         window is slept through, not waited on: a put during it wakes nobody, so a batch costs
         one wake-up of this thread and one of the event loop, however many ops it holds."""
-        waiting = self._queue
-        first = waiting.get()
+        first = self._waiting.get()
         if first is None:
             return [], True
-        ops = [first]
-        wait = self.window.wait_before_commit()
-        if wait > 0:
+        pause = self.window.wait_before_commit()
+        if pause > 0:
             # The window counts from when the first op was queued: an op that waited behind a
             # slow commit (a checkpoint) has had company time already, and its ack would add
             # both waits up.
-            left = first.queued_at + wait - time.monotonic()
+            left = first.queued_at + pause - time.monotonic()
             if left > 0:
                 time.sleep(left)
-        while len(ops) < self._max_batch:
-            try:
-                item = waiting.get_nowait()  # this thread is the only consumer
-            except queue.Empty:
-                return ops, False
-            if item is None:
-                return ops, True
-            ops.append(item)
-        return ops, False
+        return self._queue.rest([first])
 
-    def _commit(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> None:
+    def _commit(self, writer: _Writer, ops: list[_Op], fenced: Fences) -> None:
         if not fenced and all(op.kind != "resume" for op in ops):
             # The usual batch: everything in it runs.
             self._settle_soon(ops, self._outcomes(writer, ops, fenced))
@@ -411,20 +398,20 @@ class SQLiteStore(Store):
         runnable: list[_Op] = []
         for position, op in enumerate(ops):
             if op.kind == "resume":
-                fenced.discard(op.name)
+                fenced.lift(op.name)
                 outcome_of[position] = None
-            elif op.name in fenced and op.kind in ("append", "compact"):
+            elif fenced.holds(op):
                 outcome_of[position] = _fenced_error(op)
             else:
                 runnable.append(op)
                 if op.kind == "delete":
-                    fenced.discard(op.name)  # a re-created document starts afresh
+                    fenced.lift(op.name)  # a re-created document starts afresh
         outcomes = self._outcomes(writer, runnable, fenced) if runnable else []
         ran = iter(outcomes)
         settled = [outcome_of[k] if k in outcome_of else next(ran) for k in range(len(ops))]
         self._settle_soon(ops, settled)
 
-    def _outcomes(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> list[object]:
+    def _outcomes(self, writer: _Writer, ops: list[_Op], fenced: Fences) -> list[object]:
         """Run ``ops`` in one transaction: their results. If it fails, each op runs again in a
         transaction of its own, so only what fails fails (and a failed append fences its
         document): one editor's bad write must not cost other documents their edits."""
@@ -433,20 +420,19 @@ class SQLiteStore(Store):
         except Exception as exc:  # the writer must outlive a failed transaction
             if len(ops) > 1:
                 return self._one_by_one(writer, ops, fenced)
-            if ops[0].kind == "append":
-                fenced.add(ops[0].name)
+            fenced.failed(ops[0])
             return [_storage_error(ops[0], exc)]
         self.commits += 1
         return outcomes
 
-    def _one_by_one(self, writer: _Writer, ops: list[_Op], fenced: set[str]) -> list[object]:
+    def _one_by_one(self, writer: _Writer, ops: list[_Op], fenced: Fences) -> list[object]:
         outcomes: list[object] = []
         for op in ops:
-            if op.name in fenced and op.kind in ("append", "compact"):
+            if fenced.holds(op):
                 outcomes.append(_fenced_error(op))  # an earlier op of the batch failed
                 continue
             if op.kind == "delete":
-                fenced.discard(op.name)  # a re-created document starts afresh
+                fenced.lift(op.name)  # a re-created document starts afresh
             outcomes += self._outcomes(writer, [op], fenced)
         return outcomes
 
@@ -454,14 +440,14 @@ class SQLiteStore(Store):
         loop = self._loop
         assert loop is not None  # set before the thread starts
         try:
-            loop.call_soon_threadsafe(self._settled, [op.future for op in ops], outcomes)
+            loop.call_soon_threadsafe(self._settled, ops, outcomes)
         except RuntimeError:
             pass  # the loop is closed: nobody is left waiting for these results
 
-    def _settled(self, futures: list[asyncio.Future[Any]], outcomes: list[object]) -> None:
+    def _settled(self, ops: list[_Op], outcomes: list[object]) -> None:
         """On the event loop: a batch's results to its futures."""
-        self.window.settled(len(futures), time.monotonic())
-        _settle(futures, outcomes)
+        self.window.settled(len(ops), time.monotonic())
+        self._queue.settle(ops, outcomes)
 
 
 class _Writer:
@@ -637,10 +623,6 @@ def _insert_rows(count: int) -> str:
 _INSERT_SQL: dict[int, str] = {}  # at most _ROWS_PER_INSERT entries
 
 
-async def _wait(future: asyncio.Future[T]) -> T:
-    return await future
-
-
 def _encodable(text: str) -> bool:
     """SQLite stores text as UTF-8: a lone surrogate (valid in JSON) cannot be bound."""
     try:
@@ -654,20 +636,6 @@ def _one_thread(name: str) -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(
         1, thread_name_prefix=name, initializer=name_os_thread, initargs=(name,)
     )
-
-
-async def _failed(exc: BaseException) -> NoReturn:
-    raise exc
-
-
-def _settle(futures: list[asyncio.Future[Any]], outcomes: list[object]) -> None:
-    for future, outcome in zip(futures, outcomes, strict=True):
-        if future.done():
-            continue  # its awaiter was cancelled; the write itself still happened
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
 
 
 def _storage_error(op: _Op, exc: Exception) -> StorageError:
