@@ -101,7 +101,7 @@ class Settings:
     # but stopped reading is never idle). See collab.transport.send_budget.
     send_bytes_total: int = 128 * 1024 * 1024
     send_timeout: float = 60.0
-    # The HTTP fallback (collab.fallback.endpoints): sessions in all and per client address, the
+    # The HTTP fallback (collab.transport.http_stream): sessions in all and per client address, the
     # bytes each may hold for resumption until its client acknowledges them (and all together),
     # how long one lives with no down request, the stream's heartbeat, a long poll's wait.
     http_sessions: int = 1024

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .auth.tokens import AuthError, Grant
 
 if TYPE_CHECKING:
-    from tether.protocol.sync import AwarenessEntry
+    from tether.protocol.wire.sync_payloads import AwarenessEntry
 
     from .rooms.peer import Peer
     from .rooms.room import Room

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
 
 from .ai_repeated import REPEATED_ROUNDS, REVISIONS, run_repeated_bench
 from .ai_requests import (

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
 
 from .ai_requests import SEED_TEXT, Sample, ask_socket, percentiles
 from .cluster_launch import LocalCluster

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.protocol.ai import Accept
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import Accept
 
 from .ai_requests import (
     SEED_TEXT,

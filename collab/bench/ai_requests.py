@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from tether.protocol.ai import Suggest
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import Suggest
 
 from .launcher import ServerProcess
 

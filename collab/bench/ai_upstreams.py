@@ -27,7 +27,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
 
 from .ai_requests import Sample, _collect, _socket_messages
 from .launcher import ServerProcess

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from tether.ai.text.faithful import KINDS, dropped
-from tether.protocol.ai import Suggest
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
+from tether.protocol.wire.ai_messages import Suggest
 
 from .launcher import REPO, ServerProcess
 from .llama_upstream import LlamaServer, missing_modules

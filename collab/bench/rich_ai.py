@@ -24,8 +24,8 @@ from typing import Any
 from pycrdt import Doc, Text, XmlElement, XmlFragment, XmlText
 
 from tether.ai.suggest.document_text import DocumentText
-from tether.protocol.client import DocumentHandle, TetherClient
-from tether.protocol.update_scan import scan_update
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.updates.update_scan import scan_update
 
 from ..updates.guard import UpdateGuard
 from .ai_requests import Sample, _collect, _socket_messages

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import httpx
 
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
 
 from .launcher import DEFAULT_SECRET, free_port
 

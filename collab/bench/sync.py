@@ -7,8 +7,8 @@ RSS. Speaks the multiplexed protocol (tether, Hocuspocus) or the plain y-websock
 traffic goes to the URL given, normally 127.0.0.1. A benchmark, not a test.
 
 ``--transport http`` runs the same load twice, over ``/ws`` and then over the HTTP fallback
-(the same frames over POSTs and an event stream, ``protocol.http_client``), each against a fresh
-server, and reports them side by side.
+(the same frames over POSTs and an event stream, ``protocol.clients.http_client``), each against a
+fresh server, and reports them side by side.
 
 ``--compare hocuspocus,PATH --reps N`` runs the same load against this checkout, Hocuspocus and
 other checkouts, a fresh server per rep, in turn, and reports medians and ratios
@@ -36,18 +36,18 @@ import psutil
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 
-from tether.protocol.errors import ProtocolError
-from tether.protocol.http_client import http_base_of
-from tether.protocol.lib0 import Decoder
-from tether.protocol.messages import (
+from tether.protocol.clients.http_client import http_base_of
+from tether.protocol.protocol_errors import ProtocolError
+from tether.protocol.wire.lib0 import Decoder
+from tether.protocol.wire.messages import (
     PONG_FRAME,
     AuthToken,
     Sync,
     decode_frame,
 )
-from tether.protocol.messages import SyncStatus as SyncStatusMessage
-from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
-from tether.protocol.yws import YSync
+from tether.protocol.wire.messages import SyncStatus as SyncStatusMessage
+from tether.protocol.wire.sync_payloads import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
+from tether.protocol.wire.yws_frames import YSync
 
 from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI, ServerProcess
@@ -491,8 +491,8 @@ def server_figures(
 async def _ask_forever(url: str, token: str, stop: asyncio.Event) -> int:
     """One more editor typing and asking for suggestions back to back, a new context each time
     (so the model, not the cache, answers); returns how many completed."""
-    from tether.protocol.ai import Suggest
-    from tether.protocol.client import TetherClient
+    from tether.protocol.clients.tether_client import TetherClient
+    from tether.protocol.wire.ai_messages import Suggest
 
     completed = 0
     async with TetherClient(url, token=token) as client:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from tether.protocol.errors import ProtocolError
+from tether.protocol.protocol_errors import ProtocolError
 
 from ..rooms.room import InvalidUpdate
 from ..runtime.metrics import Metrics, label_value

@@ -14,24 +14,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
-from tether.protocol.errors import (
+from tether.protocol.protocol_errors import (
     ChannelNameTooLong,
     DecodeError,
     QueueBudgetExhausted,
     QueueOverflow,
 )
-from tether.protocol.lib0 import Decoder
-from tether.protocol.messages import (
-    AUTH,
-    PING_FRAME,
-    STATELESS,
-    Awareness,
-    QueryAwareness,
-    Stateless,
-    Sync,
-)
-from tether.protocol.session import (
+from tether.protocol.sessions.server_session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
@@ -42,7 +33,17 @@ from tether.protocol.session import (
     SessionEvent,
     SessionLimits,
 )
-from tether.protocol.sync import SyncStep1
+from tether.protocol.wire.lib0 import Decoder
+from tether.protocol.wire.messages import (
+    AUTH,
+    PING_FRAME,
+    STATELESS,
+    Awareness,
+    QueryAwareness,
+    Stateless,
+    Sync,
+)
+from tether.protocol.wire.sync_payloads import SyncStep1
 
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
@@ -71,6 +72,18 @@ from .lifecycle import (
 log = logging.getLogger(__name__)
 
 _GRANT_CACHE_SIZE = 4
+
+
+def serving(
+    ctx: ServerContext, endpoint: str
+) -> Callable[[Transport, ConnectionInfo | None], Awaitable[None]]:
+    """Runs this connection logic on each transport it is handed until that ends: how the HTTP
+    fallback's sessions (``collab.transport.http_stream``, ``endpoint="http"``) are served."""
+
+    async def serve(transport: Transport, connection: ConnectionInfo | None) -> None:
+        await MuxConnection(transport, ctx, connection, endpoint=endpoint).run()
+
+    return serve
 
 
 class MuxConnection:

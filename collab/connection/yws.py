@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import time
 
-from tether.protocol.lib0 import write_var_uint
-from tether.protocol.sync import SyncStep1
-from tether.protocol.yws import (
+from tether.protocol.wire.lib0 import write_var_uint
+from tether.protocol.wire.sync_payloads import SyncStep1
+from tether.protocol.wire.yws_frames import (
     YWS_SYNC,
     YAwareness,
     YPermissionDenied,
