@@ -47,14 +47,12 @@ from tether.protocol.wire.sync_payloads import SyncStep1
 
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
-from ..rooms.initial_sync import InitialSync
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.peer import Peer
 from ..rooms.room import Room
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
 from ..runtime.metrics import label_value
-from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from ..updates.reading import reads_off_loop
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
@@ -62,9 +60,9 @@ from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .lifecycle import (
     CloseConnection,
-    ConnectionEnd,
     decision_for,
     detach_each,
+    outgoing,
     run_connection,
     send_timed_out,
 )
@@ -113,15 +111,7 @@ class MuxConnection:
             ),
             ctx.preauth_budget,
         )
-        self._outbox = Outbox(
-            transport.send,
-            s.send_queue_frames,
-            s.send_queue_bytes,
-            getattr(transport, "write_now", None),  # collab.transport.raw_frames, where offered
-            ctx.send_budget,
-            drained=getattr(transport, "wait_drained", None),
-        )
-        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
+        self._outbox, self._initial_sync, self._end = outgoing(transport, ctx)
         self._attached: dict[str, tuple[Room, Peer]] = {}
         # Limits this connection ran into and was logged for (collab.runtime.limits: once each).
         self._refusals_logged: set[str] | None = None
@@ -133,7 +123,6 @@ class MuxConnection:
         # or whose every channel was refused, is closed after the auth timeout.
         self._ungranted_since: float | None = self._connected_at
         self._last_ping = self._connected_at
-        self._end = ConnectionEnd(ctx.metrics, self._outbox)
         self._timer = ConnectionTimer(self._on_timer)
         # The channel count the timer last saw: a new channel (a frame before its Token) may
         # bring an auth deadline earlier than the one armed.
