@@ -371,7 +371,7 @@ def _table(text: str, first_row: str) -> list[str]:
     return rows
 
 
-def test_the_state_table_is_the_one_in_session_py():
+def test_the_state_table_is_the_one_in_server_session_py():
     header = "state           input"
     source = _table(SESSION_PY.read_text(encoding="utf-8"), header)
     assert len(source) > 10
