@@ -26,8 +26,8 @@ from .cluster.stores import build_store
 from .config import Settings
 from .connection.admission import Admission, client_address
 from .connection.ai_off import AiOff
-from .connection.context import ServerContext, valid_document_name
 from .connection.mux import serving
+from .connection.server_context import ServerContext, valid_document_name
 from .connection.sockets import SocketEndpoints
 from .hooks import AuthRequest, Hooks
 from .http.documents import DocumentsApi

@@ -22,7 +22,7 @@ from ..rooms.room import InvalidUpdate
 from ..runtime.metrics import Metrics, label_value
 from ..transport.outbox import Outbox, SlowConsumer
 from .close_codes import close_for
-from .context import ServerContext, Transport
+from .server_context import ServerContext, Transport
 
 log = logging.getLogger(__name__)
 

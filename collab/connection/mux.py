@@ -56,7 +56,6 @@ from ..runtime.metrics import label_value
 from ..transport.timer_wheel import ConnectionTimer
 from ..updates.reading import reads_off_loop
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
-from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .lifecycle import (
     CloseConnection,
@@ -66,6 +65,7 @@ from .lifecycle import (
     run_connection,
     send_timed_out,
 )
+from .server_context import ServerContext, Transport, valid_document_name
 
 log = logging.getLogger(__name__)
 

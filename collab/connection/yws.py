@@ -30,7 +30,6 @@ from ..runtime.loop_watch import done, note
 from ..transport.timer_wheel import ConnectionTimer
 from ..updates.reading import reads_off_loop
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
-from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .lifecycle import (
     CloseConnection,
@@ -39,6 +38,7 @@ from .lifecycle import (
     run_connection,
     send_timed_out,
 )
+from .server_context import ServerContext, Transport, valid_document_name
 
 log = logging.getLogger(__name__)
 

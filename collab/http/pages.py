@@ -17,7 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..config import Settings
-from ..connection.context import valid_document_name
+from ..connection.server_context import valid_document_name
 from .web_extras import FAVICON_PATH
 
 WEB_DIST = Path(__file__).resolve().parents[2] / "web" / "dist"  # the committed bundle

@@ -21,7 +21,7 @@ from tether.protocol.wire.ai_messages import InvalidAiMessage, Suggest, decode_c
 
 from ..auth.tokens import Authenticator, AuthError, Grant
 from ..config import Settings
-from ..connection.context import ServerContext, valid_document_name
+from ..connection.server_context import ServerContext, valid_document_name
 from ..rooms.direct import TEXT_NAME
 
 GrantOf = Callable[[Request, str | None], Awaitable[Grant | None]]
