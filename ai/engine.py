@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from tether.protocol.ai import (
+from tether.protocol.wire.ai_messages import (
     Accept,
     Cancel,
     InvalidAiMessage,

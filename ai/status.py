@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tether.protocol.ai import AiStatus
+from tether.protocol.wire.ai_messages import AiStatus
 
 if TYPE_CHECKING:
     from tether.collab.rooms.peer import Peer

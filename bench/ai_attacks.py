@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from pycrdt import Text
 
-from tether.protocol.relative_position import RelativePosition
+from tether.protocol.wire.relative_position import RelativePosition
 
 from .asking_editor import Answer, AskingEditor
 from .attack_base import Attack, FiguredStrike, Strike

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.client import DocumentHandle, TetherClient
-from tether.protocol.ai import Accept
+from tether.protocol.wire.ai_messages import Accept
 
 from .ai_requests import (
     SEED_TEXT,

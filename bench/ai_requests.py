@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from tether.client import DocumentHandle, TetherClient
-from tether.protocol.ai import Suggest
+from tether.protocol.wire.ai_messages import Suggest
 
 from .launcher import ServerProcess
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection
 
-from tether.protocol.messages import Stateless, decode_frame
+from tether.protocol.wire.messages import Stateless, decode_frame
 
 from .wire_editor import WireEditor
 

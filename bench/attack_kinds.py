@@ -24,8 +24,8 @@ from functools import partial
 
 import httpx
 
-from tether.protocol.http_wire import BATCH_TYPE, SESSION_HEADER, encode_batch
-from tether.protocol.messages import PING_FRAME
+from tether.protocol.wire.http_wire import BATCH_TYPE, SESSION_HEADER, encode_batch
+from tether.protocol.wire.messages import PING_FRAME
 
 from .ai_attacks import ai_attacks
 from .attack_base import Attack, Strike

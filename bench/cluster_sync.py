@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 
-from tether.protocol.sync import SyncUpdate
+from tether.protocol.wire.sync_payloads import SyncUpdate
 
 from .engines import PostgresServer, RedisServer
 from .launcher import ServerProcess

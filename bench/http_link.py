@@ -1,6 +1,6 @@
 """A lean HTTP-fallback link for ``tether bench sync --transport http``: raw HTTP/1.1 on asyncio
 streams (one keep-alive connection for POSTs, one for the event stream), the same surface as
-``protocol.http_client.HttpLink`` (``open``, ``send``, iterate, ``close``).
+``protocol.clients.http_client.HttpLink`` (``open``, ``send``, iterate, ``close``).
 
 Why not the product client: with 50 editors in one benchmark process, httpx's per-request cost
 (about 2 ms of CPU here, part of it a failed ``import sniffio`` per request) made the *driver*
@@ -16,7 +16,7 @@ import json
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
-from tether.protocol.http_wire import (
+from tether.protocol.wire.http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
     RESUME_HEADER,

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection
 
-from tether.protocol.messages import PONG_FRAME, AuthToken, Sync, SyncStatus, decode_frame
-from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate
+from tether.protocol.wire.messages import PONG_FRAME, AuthToken, Sync, SyncStatus, decode_frame
+from tether.protocol.wire.sync_payloads import SyncStep1, SyncStep2, SyncUpdate
 
 
 class BenchPeer:

@@ -30,7 +30,7 @@ from typing import Any
 
 from tether.ai.text.faithful import KINDS, dropped
 from tether.client import TetherClient
-from tether.protocol.ai import Suggest
+from tether.protocol.wire.ai_messages import Suggest
 
 from .launcher import REPO, ServerProcess
 from .llama_upstream import LlamaServer, missing_modules

@@ -26,7 +26,7 @@ from pycrdt import Doc, Text, XmlElement, XmlFragment, XmlText
 from tether.ai.suggest.document_text import DocumentText
 from tether.client import DocumentHandle, TetherClient
 from tether.collab.updates.guard import UpdateGuard
-from tether.protocol.update_scan import scan_update
+from tether.protocol.updates.update_scan import scan_update
 
 from .ai_requests import Sample, _collect, _socket_messages
 from .launcher import ServerProcess

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pycrdt import Doc, XmlElement, XmlFragment, XmlText
 
-from tether.protocol.lib0 import Decoder
+from tether.protocol.wire.lib0 import Decoder
 
 ROOT = "default"  # Tiptap's fragment, the server's default --rich-fragment
 CACHE_DIR = Path(tempfile.gettempdir()) / "tether-bench-cache"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from tether.protocol.lib0 import write_var_string, write_var_uint
+from tether.protocol.wire.lib0 import write_var_string, write_var_uint
 
 # Client ids as a browser picks them (32-bit random): four or five bytes each as a varUint.
 OWNER = 2_903_771_515

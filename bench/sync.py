@@ -7,8 +7,8 @@ RSS. Speaks the multiplexed protocol (tether, Hocuspocus) or the plain y-websock
 traffic goes to the URL given, normally 127.0.0.1. A benchmark, not a test.
 
 ``--transport http`` runs the same load twice, over ``/ws`` and then over the HTTP fallback
-(the same frames over POSTs and an event stream, ``protocol.http_client``), each against a fresh
-server, and reports them side by side.
+(the same frames over POSTs and an event stream, ``protocol.clients.http_client``), each
+against a fresh server, and reports them side by side.
 
 ``--compare hocuspocus,PATH --reps N`` runs the same load against this checkout, Hocuspocus and
 other checkouts, a fresh server per rep, in turn, and reports medians and ratios

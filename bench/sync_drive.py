@@ -25,18 +25,18 @@ import psutil
 from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 
-from tether.protocol.errors import ProtocolError
-from tether.protocol.http_client import http_base_of
-from tether.protocol.lib0 import Decoder
-from tether.protocol.messages import (
+from tether.protocol.clients.http_client import http_base_of
+from tether.protocol.protocol_errors import ProtocolError
+from tether.protocol.wire.lib0 import Decoder
+from tether.protocol.wire.messages import (
     PONG_FRAME,
     AuthToken,
     Sync,
     decode_frame,
 )
-from tether.protocol.messages import SyncStatus as SyncStatusMessage
-from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
-from tether.protocol.yws import YSync
+from tether.protocol.wire.messages import SyncStatus as SyncStatusMessage
+from tether.protocol.wire.sync_payloads import SyncStep1, SyncStep2, SyncUpdate, read_sync_message
+from tether.protocol.wire.yws_frames import YSync
 
 from .http_link import BenchHttpLink
 from .launcher import PRODUCT_AI
@@ -418,7 +418,7 @@ async def _ask_forever(url: str, token: str, stop: asyncio.Event) -> int:
     """One more editor typing and asking for suggestions back to back, a new context each time
     (so the model, not the cache, answers); returns how many completed."""
     from tether.client import TetherClient
-    from tether.protocol.ai import Suggest
+    from tether.protocol.wire.ai_messages import Suggest
 
     completed = 0
     async with TetherClient(url, token=token) as client:

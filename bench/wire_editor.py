@@ -20,7 +20,7 @@ from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tether.protocol.messages import (
+from tether.protocol.wire.messages import (
     PING_FRAME,
     PONG_FRAME,
     AuthToken,
@@ -29,7 +29,7 @@ from tether.protocol.messages import (
     SyncStatus,
     decode_frame,
 )
-from tether.protocol.sync import SyncStep1, SyncStep2, SyncUpdate
+from tether.protocol.wire.sync_payloads import SyncStep1, SyncStep2, SyncUpdate
 
 
 class EditorClosed(Exception):

@@ -475,7 +475,7 @@ class _ServerFields:
         256, "N", "client id bindings remembered per subject", positive=True
     )
 
-    # The HTTP fallback (collab.fallback.endpoints): sessions in all and per client address, the
+    # The HTTP fallback (collab.transport.http_stream): sessions in all and per client address, the
     # bytes each may hold for resumption until its client acknowledges them (and all together),
     # how long one lives with no down request, the stream's heartbeat, a long poll's wait.
     http_sessions: int = HTTP_FALLBACK.setting(

@@ -30,7 +30,7 @@ from .auth.tokens import AuthError, Grant
 if TYPE_CHECKING:
     from pycrdt import Doc
 
-    from tether.protocol.sync import AwarenessEntry
+    from tether.protocol.wire.sync_payloads import AwarenessEntry
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """The tether server: composes the parts (store, rooms, cluster, AI, hooks) and runs them, and
 routes each ASGI scope to the part that serves it. The only module that builds the Starlette
-app; each endpoint lives with its concern (``connection.sockets``, ``http``, ``fallback``).
+app; each endpoint lives with its concern (``connection.sockets``, ``http``,
+``transport.http_stream``).
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tether.protocol.session import QueueBudget
+from tether.protocol.sessions.server_session import QueueBudget
 
 from .auth.tokens import Authenticator, Grant
 from .cluster.node import Cluster, build_store
 from .config import Settings
 from .connection.admission import Admission, client_address
 from .connection.ai_off import AiOff
-from .connection.context import ServerContext, valid_document_name
+from .connection.mux import serving
+from .connection.server_context import ServerContext, valid_document_name
 from .connection.sockets import SocketEndpoints
-from .fallback.endpoints import HttpTransport
 from .hooks import AuthRequest, Hooks
 from .http.documents import DocumentsApi
 from .http.pages import Pages
@@ -48,6 +49,7 @@ from .runtime.metrics import Metrics
 from .runtime.pools import Pools, PoolSizes, installed
 from .storage.store import StorageError, Store
 from .transport.asgi_socket import AsgiWebSocket
+from .transport.http_stream.endpoints import HttpTransport
 from .transport.send_budget import SendBudget
 
 log = logging.getLogger("tether")
@@ -182,7 +184,9 @@ class TetherServer:
                 budget,
                 send_budget,
             )
-            await stack.enter_async_context(self.http_transport.running(self.context))
+            await stack.enter_async_context(
+                self.http_transport.running(serving(self.context, "http"))
+            )
             watch.serving()
         except BaseException:
             self.context = None

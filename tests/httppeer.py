@@ -19,7 +19,7 @@ import httpx
 from websockets.exceptions import ConnectionClosed
 
 from tests.rawpeer import MuxPeer
-from tether.protocol.http_wire import (
+from tether.protocol.wire.http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
     RESUME_HEADER,

@@ -1,7 +1,7 @@
 """A raw ``/ws`` and ``/yjs/{doc}`` test peer: websockets + pycrdt + ``protocol`` encoders.
 
-Tests drive the wire directly with it (no ``protocol.client``), so they see every frame the
-server sends: Auth replies, SyncStatus, awareness, Ping, and the close code. A reader task
+Tests drive the wire directly with it (no ``protocol.clients.tether_client``), so they see every
+frame the server sends: Auth replies, SyncStatus, awareness, Ping, and the close code. A reader task
 decodes frames, answers the server's step1 with our diff, applies step2/updates to a pycrdt
 ``Doc`` per channel, and wakes waiters; nothing sleeps.
 
@@ -26,7 +26,7 @@ from pycrdt import Doc, Text
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from tether.protocol.messages import (
+from tether.protocol.wire.messages import (
     PING_FRAME,
     PONG_FRAME,
     Authenticated,
@@ -42,7 +42,7 @@ from tether.protocol.messages import (
     SyncStatus,
     decode_frame,
 )
-from tether.protocol.sync import (
+from tether.protocol.wire.sync_payloads import (
     AwarenessEntry,
     SyncStep1,
     SyncStep2,
@@ -50,7 +50,7 @@ from tether.protocol.sync import (
     decode_awareness,
     encode_awareness,
 )
-from tether.protocol.yws import YAwareness, YPermissionDenied, YSync, decode_yws_frame
+from tether.protocol.wire.yws_frames import YAwareness, YPermissionDenied, YSync, decode_yws_frame
 
 TEXT = "content"
 

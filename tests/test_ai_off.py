@@ -15,7 +15,7 @@ import pytest
 
 from tests.serverproc import ServerProcess
 from tether.client import TetherClient
-from tether.protocol.client import SuggestionFailedError
+from tether.protocol.clients.tether_client import SuggestionFailedError
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,14 @@ from websockets.exceptions import InvalidStatus
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
 from tether.collab.auth.tokens import make_token
-from tether.protocol.messages import Authenticated, AuthToken, Awareness, PermissionDenied, Sync
-from tether.protocol.sync import AwarenessEntry, SyncStep1, encode_awareness
+from tether.protocol.wire.messages import (
+    Authenticated,
+    AuthToken,
+    Awareness,
+    PermissionDenied,
+    Sync,
+)
+from tether.protocol.wire.sync_payloads import AwarenessEntry, SyncStep1, encode_awareness
 
 pytestmark = pytest.mark.anyio
 

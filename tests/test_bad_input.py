@@ -17,8 +17,8 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
-from tether.protocol.lib0 import write_var_string, write_var_uint, write_var_uint8_array
-from tether.protocol.messages import (
+from tether.protocol.wire.lib0 import write_var_string, write_var_uint, write_var_uint8_array
+from tether.protocol.wire.messages import (
     AUTH,
     SYNC,
     Authenticated,
@@ -29,7 +29,7 @@ from tether.protocol.messages import (
     Sync,
     SyncStatus,
 )
-from tether.protocol.sync import SyncStep1, SyncUpdate
+from tether.protocol.wire.sync_payloads import SyncStep1, SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

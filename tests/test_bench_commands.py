@@ -55,7 +55,7 @@ def test_the_server_runs_without_importing_the_benchmarks():
         "import sys\n"
         "from tether.collab.cli import main\n"
         "main(['token', '--jwt-secret', 's' * 32])\n"
-        "import tether, tether.collab.server, tether.ai.engine, tether.protocol.client\n"
+        "import tether, tether.collab.server, tether.ai.engine, tether.client\n"
         "print(sorted(m for m in sys.modules if m.startswith('tether.bench')))\n"
     )
     assert _python(code).stdout.splitlines()[-1] == "[]"

@@ -100,7 +100,7 @@ async def test_the_durable_hocuspocus_stores_what_an_editor_typed() -> None:
     if not EXTENSION.is_dir():
         pytest.skip(NO_EXTENSION)
     from tether.bench.hocuspocus import HocuspocusProcess
-    from tether.protocol.client import TetherClient
+    from tether.client import TetherClient
 
     with HocuspocusProcess(durable=True) as hocuspocus:
         assert hocuspocus.database is not None

@@ -15,8 +15,8 @@ from pycrdt import Doc, Text
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, RawDoc
 from tests.serverproc import ServerProcess
-from tether.protocol.messages import Sync
-from tether.protocol.sync import SyncStep2, SyncUpdate
+from tether.protocol.wire.messages import Sync
+from tether.protocol.wire.sync_payloads import SyncStep2, SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

@@ -15,7 +15,7 @@ from tests.ai.asking import UNSHAPED
 from tests.serverproc import ServerProcess
 from tether.bench.launcher import free_port
 from tether.client import ConnectionFailedError, TetherClient
-from tether.protocol.ai import SuggestionDelta, SuggestionEnd, SuggestionStart
+from tether.protocol.wire.ai_messages import SuggestionDelta, SuggestionEnd, SuggestionStart
 
 pytestmark = pytest.mark.anyio
 
@@ -60,7 +60,7 @@ async def test_a_refused_upgrade_names_the_status(
     def from_another_site(*args: object, **kwargs: object) -> object:
         return original(*args, origin="https://evil.example", **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr("tether.protocol.client.connect", from_another_site)
+    monkeypatch.setattr("tether.protocol.clients.tether_client.connect", from_another_site)
     with pytest.raises(ConnectionFailedError, match="HTTP 403"):
         async with TetherClient(server.ws_url, transport="ws", reconnect=False):
             pass

@@ -18,7 +18,7 @@ import pytest
 import websockets
 
 from tests.hostproc import REPO, HostProcess
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
 
 pytestmark = pytest.mark.anyio
 

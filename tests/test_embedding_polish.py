@@ -21,8 +21,8 @@ import websockets
 
 from tests.hostproc import REPO, HostProcess
 from tests.serverproc import ServerProcess, free_port
-from tether.protocol.client import TetherClient
-from tether.protocol.connect_errors import ConnectionFailedError, describe
+from tether.protocol.clients.connect_errors import ConnectionFailedError, describe
+from tether.protocol.clients.tether_client import TetherClient
 
 pytestmark = pytest.mark.anyio
 

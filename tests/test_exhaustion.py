@@ -22,10 +22,15 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
-from tether.protocol.lib0 import write_var_uint
-from tether.protocol.messages import AuthToken, Awareness, QueryAwareness, Sync, decode_frame
-from tether.protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, encode_awareness
-from tether.protocol.yws import YAwareness, YQueryAwareness, YSync, decode_yws_frame
+from tether.protocol.wire.lib0 import write_var_uint
+from tether.protocol.wire.messages import AuthToken, Awareness, QueryAwareness, Sync, decode_frame
+from tether.protocol.wire.sync_payloads import (
+    AwarenessEntry,
+    SyncStep1,
+    SyncStep2,
+    encode_awareness,
+)
+from tether.protocol.wire.yws_frames import YAwareness, YQueryAwareness, YSync, decode_yws_frame
 
 pytestmark = pytest.mark.anyio
 

@@ -18,8 +18,8 @@ from tests.httppeer import HttpMuxPeer, create_session
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import SECRET
 from tether.collab.auth.tokens import make_token
-from tether.protocol.client import PermissionDeniedError, TetherClient
-from tether.protocol.messages import Stateless
+from tether.protocol.clients.tether_client import PermissionDeniedError, TetherClient
+from tether.protocol.wire.messages import Stateless
 
 pytestmark = pytest.mark.anyio
 

@@ -24,9 +24,9 @@ from tests.test_bad_input import (
     healthy,
     rest_text,
 )
-from tether.protocol.lib0 import write_var_string, write_var_uint
-from tether.protocol.messages import AUTH, AuthToken, Stateless, Sync
-from tether.protocol.sync import SyncUpdate
+from tether.protocol.wire.lib0 import write_var_string, write_var_uint
+from tether.protocol.wire.messages import AUTH, AuthToken, Stateless, Sync
+from tether.protocol.wire.sync_payloads import SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

@@ -18,11 +18,11 @@ from tests.httpproxy import LoopbackProxy
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import Suggest
-from tether.protocol.client import TetherClient
-from tether.protocol.http_wire import SESSION_HEADER
-from tether.protocol.messages import Authenticated, PermissionDenied, Sync
-from tether.protocol.sync import SyncStep2, SyncUpdate
+from tether.protocol.clients.tether_client import TetherClient
+from tether.protocol.wire.ai_messages import Suggest
+from tether.protocol.wire.http_wire import SESSION_HEADER
+from tether.protocol.wire.messages import Authenticated, PermissionDenied, Sync
+from tether.protocol.wire.sync_payloads import SyncStep2, SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

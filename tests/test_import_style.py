@@ -1,5 +1,5 @@
 """One import style everywhere: relative inside a package (``from ..rooms.room import Room``),
-``tether.*`` across packages (``from tether.protocol.sync import ...``), never the bare names
+``tether.*`` across packages (``from tether.protocol.wire.lib0 import ...``), never the bare names
 ``collab``/``ai``/``protocol`` (installed, they live under ``tether``: a host app's own
 ``protocol`` module must not shadow ours)."""
 

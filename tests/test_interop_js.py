@@ -382,7 +382,7 @@ async def test_a_name_with_a_slash_a_space_and_accents_is_one_document_on_both_e
 async def test_the_python_tether_client_and_js_editors_agree_on_code_point_edits(
     server: ServerProcess,
 ):
-    from tether.protocol.client import TetherClient
+    from tether.protocol.clients.tether_client import TetherClient
 
     doc = unique("tether-client")
     token = server.token([doc])

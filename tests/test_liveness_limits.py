@@ -17,9 +17,14 @@ from websockets.exceptions import ConnectionClosed
 
 from tests.rawpeer import MuxPeer, RawDoc, sync_frames
 from tests.serverproc import ServerProcess
-from tether.protocol.messages import AuthToken, Awareness, Sync
-from tether.protocol.sync import AwarenessEntry, SyncStep1, SyncUpdate, encode_awareness
-from tether.protocol.yws import YAwareness, YSync
+from tether.protocol.wire.messages import AuthToken, Awareness, Sync
+from tether.protocol.wire.sync_payloads import (
+    AwarenessEntry,
+    SyncStep1,
+    SyncUpdate,
+    encode_awareness,
+)
+from tether.protocol.wire.yws_frames import YAwareness, YSync
 
 pytestmark = pytest.mark.anyio
 

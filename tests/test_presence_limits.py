@@ -18,7 +18,7 @@ from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, RawDoc, YwsPeer
 from tests.serverproc import ServerProcess
 from tether.collab.auth.tokens import make_token
-from tether.protocol.sync import AwarenessEntry, encode_awareness
+from tether.protocol.wire.sync_payloads import AwarenessEntry, encode_awareness
 
 pytestmark = pytest.mark.anyio
 

@@ -15,8 +15,8 @@ import pytest
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import MuxPeer, YwsPeer
 from tests.serverproc import ServerProcess
-from tether.protocol.messages import Awareness
-from tether.protocol.sync import AwarenessEntry, encode_awareness
+from tether.protocol.wire.messages import Awareness
+from tether.protocol.wire.sync_payloads import AwarenessEntry, encode_awareness
 
 pytestmark = pytest.mark.anyio
 

@@ -19,14 +19,14 @@ from websockets.uri import parse_uri
 
 from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
-from tether.protocol.messages import (
+from tether.protocol.wire.messages import (
     Authenticated,
     AuthToken,
     Sync,
     SyncStatus,
     decode_frame,
 )
-from tether.protocol.sync import SyncStep1, SyncUpdate
+from tether.protocol.wire.sync_payloads import SyncStep1, SyncUpdate
 
 
 class ByteCutPeer:

@@ -22,9 +22,9 @@ from tests.rawpeer import MuxPeer
 from tests.serverproc import ServerProcess
 from tests.test_exhaustion import non_reading_socket, presence_of, state_vector_of
 from tether.collab.transport.send_budget import SendBudget
-from tether.protocol.http_wire import BATCH_TYPE, SESSION_HEADER, encode_batch
-from tether.protocol.messages import AuthToken, Awareness, Sync
-from tether.protocol.sync import SyncStep1
+from tether.protocol.wire.http_wire import BATCH_TYPE, SESSION_HEADER, encode_batch
+from tether.protocol.wire.messages import AuthToken, Awareness, Sync
+from tether.protocol.wire.sync_payloads import SyncStep1
 
 pytestmark = pytest.mark.anyio
 

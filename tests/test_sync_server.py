@@ -10,8 +10,8 @@ import pytest
 
 from tests.rawpeer import MuxPeer, sync_frames
 from tests.serverproc import ServerProcess
-from tether.protocol.messages import SyncStatus
-from tether.protocol.sync import SyncStep2
+from tether.protocol.wire.messages import SyncStatus
+from tether.protocol.wire.sync_payloads import SyncStep2
 
 pytestmark = pytest.mark.anyio
 

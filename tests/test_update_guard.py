@@ -17,8 +17,8 @@ from tests.metrics_scrape import metric_value, metrics_text
 from tests.rawpeer import TEXT, MuxPeer
 from tests.serverproc import ServerProcess
 from tether.collab.storage.sqlite import SQLiteStore
-from tether.protocol.lib0 import Decoder, write_var_string, write_var_uint
-from tether.protocol.sync import SyncUpdate
+from tether.protocol.wire.lib0 import Decoder, write_var_string, write_var_uint
+from tether.protocol.wire.sync_payloads import SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

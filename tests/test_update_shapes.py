@@ -228,7 +228,7 @@ async def test_many_clients_each_typing_after_the_last_are_applied_in_order_and_
     """16,000 clients with one character each, each after the one before, in one update: yrs
     parked them as pending and walked that set again per client (quadratic: 64,000 held the
     loop 5 s, and every load again). They go in as layers in dependency order
-    (protocol.update_order), live and on load; the bystander's edits are all stored."""
+    (protocol.updates.update_order), live and on load; the bystander's edits are all stored."""
     token = server.token()
     shape = many_clients(16_000)
     async with (

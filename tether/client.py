@@ -1,9 +1,10 @@
-"""The Python client (``tether.protocol.client``): one socket, many documents, for scripts,
-bots and tests."""
+"""The Python client (``tether.protocol.clients.tether_client``): one socket, many documents, for
+scripts, bots and tests."""
 
 from __future__ import annotations
 
-from tether.protocol.client import (
+from tether.protocol.clients.connect_errors import ConnectionFailedError
+from tether.protocol.clients.tether_client import (
     ClientClosedError,
     DocumentHandle,
     PermissionDeniedError,
@@ -11,7 +12,6 @@ from tether.protocol.client import (
     TetherClient,
     WriteRefusedError,
 )
-from tether.protocol.connect_errors import ConnectionFailedError
 
 __all__ = [
     "ClientClosedError",

@@ -25,7 +25,17 @@ from typing import Any
 
 import numpy as np
 
-from tether.protocol.worker import DONE, EMBEDDER, ERROR, FAILED, HELLO, LOADED, READY, TOKEN, Frame
+from tether.protocol.wire.worker_frames import (
+    DONE,
+    EMBEDDER,
+    ERROR,
+    FAILED,
+    HELLO,
+    LOADED,
+    READY,
+    TOKEN,
+    Frame,
+)
 
 from ..errors import ModelUnavailable, ProviderError
 from .fair import SHARE

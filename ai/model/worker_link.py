@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from tether.protocol.worker import (
+from tether.protocol.wire.worker_frames import (
     CANCEL,
     DONE,
     EMBED,

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from pycrdt import Doc, Text, XmlElement, XmlFragment, XmlText
 
-from tether.protocol.ai import SuggestionAccepted
+from tether.protocol.wire.ai_messages import SuggestionAccepted
 
 from ..errors import AiError, BadRequest, ConfirmRequired, Forbidden
 from ..text.faithful import summary

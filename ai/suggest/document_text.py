@@ -24,7 +24,7 @@ from typing import Any
 
 from pycrdt import Doc, Text, XmlFragment
 
-from tether.protocol.update_scan import MalformedUpdate, scan_update
+from tether.protocol.updates.update_scan import MalformedUpdate, scan_update
 
 from ..text.anchors import SPAN, TYPED_LIMIT, TextAnchor, Where
 from ..text.relative import ItemIndex, child_index, child_offset

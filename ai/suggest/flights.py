@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from tether.collab.auth.tokens import OPEN_GRANT
-from tether.protocol.ai import (
+from tether.protocol.wire.ai_messages import (
     JUNK_PREFIX,
     Dropped,
     SuggestionDelta,

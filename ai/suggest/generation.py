@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
-from tether.protocol.ai import MAX_TOKENS_LIMIT
+from tether.protocol.wire.ai_messages import MAX_TOKENS_LIMIT
 
 from ..errors import ProviderTimeout
 from ..metrics import AiMetrics

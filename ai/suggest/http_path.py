@@ -12,7 +12,7 @@ import asyncio
 import time
 from collections.abc import Callable, Hashable
 
-from tether.protocol.ai import (
+from tether.protocol.wire.ai_messages import (
     JUNK_PREFIX,
     Suggest,
     SuggestionDelta,

@@ -15,7 +15,7 @@ from ..model.providers.base import Cancellation
 if TYPE_CHECKING:
     from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
-    from tether.protocol.ai import Suggest
+    from tether.protocol.wire.ai_messages import Suggest
 
     from ..cache.suggestions import CacheQuery
     from ..text.anchors import TextAnchor

@@ -14,9 +14,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from tether.protocol.ai import Suggest, SuggestionStart
-from tether.protocol.errors import DecodeError
-from tether.protocol.relative_position import decode_relative_position
+from tether.protocol.protocol_errors import DecodeError
+from tether.protocol.wire.ai_messages import Suggest, SuggestionStart
+from tether.protocol.wire.relative_position import decode_relative_position
 
 from ..cache.suggestions import EXACT, PREFETCH, TYPEAHEAD, CacheHit, exact_key, typed_ahead
 from ..errors import AiError, BadRequest, ModelUnavailable

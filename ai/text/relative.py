@@ -28,7 +28,7 @@ from pycrdt._pycrdt import XmlElement as NativeElement
 from pycrdt._pycrdt import XmlText as NativeText
 from pycrdt._pycrdt import decode_sticky_index
 
-from tether.protocol.relative_position import ID, RelativePosition
+from tether.protocol.wire.relative_position import ID, RelativePosition
 
 from ..errors import BadRequest
 from .rich_view import text_of

@@ -29,7 +29,7 @@ from typing import Any
 
 import jwt
 
-from tether.protocol.messages import SCOPE_READ_WRITE, SCOPE_READONLY
+from tether.protocol.wire.messages import SCOPE_READ_WRITE, SCOPE_READONLY
 
 from .globs import matches
 from .jwks import ALGORITHMS as JWKS_ALGORITHMS

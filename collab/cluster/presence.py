@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tether.protocol.lib0 import Decoder, write_var_uint8_array
-from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
+from tether.protocol.wire.lib0 import Decoder, write_var_uint8_array
+from tether.protocol.wire.sync_payloads import AwarenessEntry, decode_awareness, encode_awareness
 
 from .bus import RedisBus
 

@@ -14,8 +14,8 @@ from starlette.types import Scope
 from ..config import Settings
 from ..hooks import ConnectionInfo, Hooks
 from ..runtime.metrics import Metrics
+from ..transport.address_limit import ConnectionsPerAddress
 from ..transport.asgi_socket import AsgiWebSocket
-from .address_limit import ConnectionsPerAddress
 from .origins import OriginPolicy, normalise_origin
 from .request_headers import RequestHeaders
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tether.protocol.ai import (
+from tether.protocol.wire.ai_messages import (
     AiStatus,
     Cancel,
     InvalidAiMessage,

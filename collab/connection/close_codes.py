@@ -6,7 +6,7 @@ make y-websocket clients stop reconnecting, so only permanent refusals use them.
 
 from __future__ import annotations
 
-from tether.protocol.errors import (
+from tether.protocol.protocol_errors import (
     DecodeError,
     FrameTooLarge,
     ProtocolError,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..auth.tokens import Grant
 from ..hooks import AuthRequest, ConnectionInfo
-from .context import ServerContext
+from .server_context import ServerContext
 
 
 async def authenticate(

@@ -1,4 +1,5 @@
-"""How a connection ends, for both endpoints: its receive loop runs until the connection's
+"""How a connection is set up to send and how it ends, alike for both endpoints. ``outgoing``
+makes its outbox, initial sync and end decision. Its receive loop runs until the connection's
 ``ConnectionEnd`` is decided, by the loop itself (the peer left, a protocol error) or from
 outside it (the connection's timer, its outbox overflowing, its room), whichever comes first.
 Peers are detached at once (before anything that could block on a peer that stopped reading),
@@ -14,17 +15,35 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from tether.protocol.errors import ProtocolError
+from tether.protocol.protocol_errors import ProtocolError
 
+from ..rooms.initial_sync import InitialSync
 from ..rooms.room import InvalidUpdate
 from ..runtime.metrics import Metrics, label_value
 from ..transport.outbox import Outbox, SlowConsumer
 from .close_codes import close_for
-from .context import Transport
+from .server_context import ServerContext, Transport
 
 log = logging.getLogger(__name__)
 
 CLOSE_TIMEOUT = 1.0
+
+
+def outgoing(transport: Transport, ctx: ServerContext) -> tuple[Outbox, InitialSync, ConnectionEnd]:
+    """A new connection's way out, the same for both endpoints: its bounded outbox (writing
+    through the transport's pre-framed path and waiting on its drain, where it offers them), the
+    initial sync that sends through it, and the end decision that closes it."""
+    s = ctx.settings
+    outbox = Outbox(
+        transport.send,
+        s.send_queue_frames,
+        s.send_queue_bytes,
+        getattr(transport, "write_now", None),  # collab.transport.raw_frames, where offered
+        ctx.send_budget,
+        drained=getattr(transport, "wait_drained", None),
+    )
+    initial_sync = InitialSync(outbox, s.initial_sync_piece_bytes, ctx.metrics)
+    return outbox, initial_sync, ConnectionEnd(ctx.metrics, outbox)
 
 
 class CloseConnection(Exception):

@@ -14,24 +14,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
-from tether.protocol.errors import (
+from tether.protocol.protocol_errors import (
     ChannelNameTooLong,
     DecodeError,
     QueueBudgetExhausted,
     QueueOverflow,
 )
-from tether.protocol.lib0 import Decoder
-from tether.protocol.messages import (
-    AUTH,
-    PING_FRAME,
-    STATELESS,
-    Awareness,
-    QueryAwareness,
-    Stateless,
-    Sync,
-)
-from tether.protocol.session import (
+from tether.protocol.sessions.server_session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
@@ -42,35 +33,55 @@ from tether.protocol.session import (
     SessionEvent,
     SessionLimits,
 )
-from tether.protocol.sync import SyncStep1
+from tether.protocol.wire.lib0 import Decoder
+from tether.protocol.wire.messages import (
+    AUTH,
+    PING_FRAME,
+    STATELESS,
+    Awareness,
+    QueryAwareness,
+    Stateless,
+    Sync,
+)
+from tether.protocol.wire.sync_payloads import SyncStep1
 
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
-from ..rooms.initial_sync import InitialSync
 from ..rooms.manager import DocumentQuarantined
 from ..rooms.peer import Peer
 from ..rooms.room import Room
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
 from ..runtime.metrics import label_value
-from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from ..updates.reading import reads_off_loop
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
-from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .lifecycle import (
     CloseConnection,
-    ConnectionEnd,
     decision_for,
     detach_each,
+    outgoing,
     run_connection,
     send_timed_out,
 )
+from .server_context import ServerContext, Transport, valid_document_name
 
 log = logging.getLogger(__name__)
 
 _GRANT_CACHE_SIZE = 4
+
+
+def serving(
+    ctx: ServerContext, endpoint: str
+) -> Callable[[Transport, ConnectionInfo | None], Awaitable[None]]:
+    """Runs this connection logic on each transport it is handed until that ends: how the HTTP
+    fallback's sessions (``collab.transport.http_stream``, ``endpoint="http"``) are served."""
+
+    async def serve(transport: Transport, connection: ConnectionInfo | None) -> None:
+        await MuxConnection(transport, ctx, connection, endpoint=endpoint).run()
+
+    return serve
 
 
 class MuxConnection:
@@ -100,15 +111,7 @@ class MuxConnection:
             ),
             ctx.preauth_budget,
         )
-        self._outbox = Outbox(
-            transport.send,
-            s.send_queue_frames,
-            s.send_queue_bytes,
-            getattr(transport, "write_now", None),  # collab.transport.raw_frames, where offered
-            ctx.send_budget,
-            drained=getattr(transport, "wait_drained", None),
-        )
-        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
+        self._outbox, self._initial_sync, self._end = outgoing(transport, ctx)
         self._attached: dict[str, tuple[Room, Peer]] = {}
         # Limits this connection ran into and was logged for (collab.runtime.limits: once each).
         self._refusals_logged: set[str] | None = None
@@ -120,7 +123,6 @@ class MuxConnection:
         # or whose every channel was refused, is closed after the auth timeout.
         self._ungranted_since: float | None = self._connected_at
         self._last_ping = self._connected_at
-        self._end = ConnectionEnd(ctx.metrics, self._outbox)
         self._timer = ConnectionTimer(self._on_timer)
         # The channel count the timer last saw: a new channel (a frame before its Token) may
         # bring an auth deadline earlier than the one armed.

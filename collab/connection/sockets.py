@@ -17,8 +17,8 @@ from ..hooks import ConnectionInfo, Hooks
 from ..runtime.metrics import Metrics, label_value
 from ..transport.asgi_socket import AsgiWebSocket
 from .admission import Admission, connection_info, route_path
-from .context import ServerContext
 from .mux import MuxConnection
+from .server_context import ServerContext
 from .yws import YwsConnection
 from .yws import authorize as authorize_yws
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 import time
 
-from tether.protocol.lib0 import write_var_uint
-from tether.protocol.sync import SyncStep1
-from tether.protocol.yws import (
+from tether.protocol.wire.lib0 import write_var_uint
+from tether.protocol.wire.sync_payloads import SyncStep1
+from tether.protocol.wire.yws_frames import (
     YWS_SYNC,
     YAwareness,
     YPermissionDenied,
@@ -23,24 +23,22 @@ from tether.protocol.yws import (
 
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
-from ..rooms.initial_sync import InitialSync
 from ..rooms.peer import Peer
 from ..rooms.room import Room
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
-from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from ..updates.reading import reads_off_loop
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
-from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate
 from .lifecycle import (
     CloseConnection,
-    ConnectionEnd,
     detach_each,
+    outgoing,
     run_connection,
     send_timed_out,
 )
+from .server_context import ServerContext, Transport, valid_document_name
 
 log = logging.getLogger(__name__)
 
@@ -67,20 +65,10 @@ class YwsConnection:
         self._ctx = ctx
         self._document = document
         self._grant = grant
-        s = ctx.settings
-        self._outbox = Outbox(
-            transport.send,
-            s.send_queue_frames,
-            s.send_queue_bytes,
-            getattr(transport, "write_now", None),  # collab.transport.raw_frames, where offered
-            ctx.send_budget,
-            drained=getattr(transport, "wait_drained", None),
-        )
-        self._initial_sync = InitialSync(self._outbox, s.initial_sync_piece_bytes, ctx.metrics)
-        self._end = ConnectionEnd(ctx.metrics, self._outbox)
+        self._outbox, self._initial_sync, self._end = outgoing(transport, ctx)
         # Keepalives and the token's expiry: one timer, no task per socket (memory).
         self._timer = ConnectionTimer(self._on_timer)
-        self._next_keepalive = time.monotonic() + s.ping_interval
+        self._next_keepalive = time.monotonic() + ctx.settings.ping_interval
 
     def _revoke(self, reason: str) -> None:
         """The room ended this socket's attachment (its document was deleted)."""

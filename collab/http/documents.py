@@ -31,7 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..auth.tokens import Grant
-from ..connection.context import MAX_DOCUMENT_NAME, ServerContext, valid_document_name
+from ..connection.server_context import MAX_DOCUMENT_NAME, ServerContext, valid_document_name
 from ..rooms.document_edits import (
     ImportRefused,
     Placement,

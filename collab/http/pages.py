@@ -17,7 +17,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from ..config import Settings
-from ..connection.context import valid_document_name
+from ..connection.server_context import valid_document_name
 from .web_extras import FAVICON_PATH
 
 WEB_DIST = Path(__file__).resolve().parents[2] / "web" / "dist"  # the committed bundle
@@ -98,8 +98,8 @@ def _page(title: str, bundle: str, config: dict[str, Any], base: str = "") -> Re
     data: (a CSS ``url()`` smuggled into a style cannot make the browser fetch elsewhere), no
     plugins, no framing, no <base>. Inline styles stay allowed: CodeMirror and y-codemirror set
     style attributes (remote carets' colours), which is why presence colours are checked on
-    the server (protocol.presence) and in the editor. ``no-referrer``: a ``?token=`` in the
-    page's URL is never sent to another site."""
+    the server (protocol.wire.presence_safety) and in the editor. ``no-referrer``: a ``?token=`` in
+    the page's URL is never sent to another site."""
     nonce = secrets.token_urlsafe(16)
     policy = "; ".join(
         (

@@ -7,7 +7,7 @@ addresses are not touched. Knows nothing of HTTP.
 The address is what the server was told the client is: behind a reverse proxy that uvicorn
 trusts (``--forwarded-allow-ips``), the one it forwards, else the proxy's own (every client
 then shares one bucket: trust the proxy). IPv6 addresses count per /64, as the per-address
-socket limit counts them (``collab.connection.address_limit``).
+socket limit counts them (``collab.transport.address_limit``).
 
 Bounded in bytes: each address costs its key and a small entry; past ``max_bytes`` the address
 seen longest ago is forgotten, first those whose bucket has refilled (forgetting them loses
@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 
-from ..connection.address_limit import address_group
+from ..transport.address_limit import address_group
 
 # What one address costs beyond its key: the entry, its list of two floats, the dict's slot.
 _ENTRY_BYTES = 240

@@ -11,8 +11,8 @@ from starlette.requests import Request
 
 from ..auth.tokens import AuthError, Grant
 from ..connection.admission import connection_info, route_path
-from ..connection.context import ServerContext
 from ..connection.grants import authenticate
+from ..connection.server_context import ServerContext
 from ..hooks import ConnectionInfo, Hooks
 from ..runtime.metrics import Metrics
 

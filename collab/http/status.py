@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..connection.context import ServerContext
+from ..connection.server_context import ServerContext
 from ..runtime.metrics import Metrics
 from ..version import VERSION
 

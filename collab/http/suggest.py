@@ -17,11 +17,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tether.protocol.ai import InvalidAiMessage, Suggest, decode_client_message
+from tether.protocol.wire.ai_messages import InvalidAiMessage, Suggest, decode_client_message
 
 from ..auth.tokens import Authenticator, AuthError, Grant
 from ..config import Settings
-from ..connection.context import ServerContext, valid_document_name
+from ..connection.server_context import ServerContext, valid_document_name
 from ..rooms.direct import TEXT_NAME
 
 GrantOf = Callable[[Request, str | None], Awaitable[Grant | None]]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from pycrdt import Doc, Text, XmlElement, XmlFragment
 
-from tether.protocol.update_merge import scan_merged
-from tether.protocol.update_scan import MalformedUpdate
+from tether.protocol.updates.update_merge import scan_merged
+from tether.protocol.updates.update_scan import MalformedUpdate
 
 from ..content.html_in import HtmlSource
 from ..content.markdown_in import MarkdownLimits, MarkdownRefused, MarkdownSource

@@ -7,9 +7,9 @@ whole document as one SyncStep2 never arrives through a proxy with a message cap
 link it blocks every other message (the client's keepalive timers included) until it is done;
 either way the client reconnects and asks for it all again, forever. Here each piece waits
 until the connection's send queue has drained, so pings, presence and other documents' updates
-go out between pieces. Pieces carry each client's structs in clock order (protocol.update_split),
-so a client that reconnects mid-way sends a state vector that already covers what it applied:
-the next sync sends only the rest.
+go out between pieces. Pieces carry each client's structs in clock order
+(protocol.updates.update_split), so a client that reconnects mid-way sends a state vector that
+already covers what it applied: the next sync sends only the rest.
 
 Bounded: one chunked sync runs per connection at a time, holding one diff (at most the size of
 that document); others wait as (room, peer, state vector) entries, one per channel, the state
@@ -27,9 +27,9 @@ import asyncio
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tether.protocol.lib0 import Decoder, write_var_uint
-from tether.protocol.sync import SyncStep2, SyncUpdate
-from tether.protocol.update_split import split_update
+from tether.protocol.updates.update_split import split_update
+from tether.protocol.wire.lib0 import Decoder, write_var_uint
+from tether.protocol.wire.sync_payloads import SyncStep2, SyncUpdate
 
 from ..runtime import pools
 from ..runtime.metrics import Metrics

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator
 
 from pycrdt import Doc
 
-from tether.protocol.update_merge import scan_merged
-from tether.protocol.update_scan import MalformedUpdate
+from tether.protocol.updates.update_merge import scan_merged
+from tether.protocol.updates.update_scan import MalformedUpdate
 
 from ..hooks import Hooks
 from ..runtime import gc_policy, pools

@@ -10,8 +10,8 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tether.protocol.lib0 import write_var_string, write_var_uint
-from tether.protocol.messages import AWARENESS, STATELESS, SYNC, SyncStatus
+from tether.protocol.wire.lib0 import write_var_string, write_var_uint
+from tether.protocol.wire.messages import AWARENESS, STATELESS, SYNC, SyncStatus
 
 from ..auth.tokens import Grant
 from ..transport.outbox import Outbox

@@ -32,8 +32,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tether.protocol.lib0 import MAX_SAFE_INTEGER, write_var_uint8_array
-from tether.protocol.sync import OVERSIZE_STATE, AwarenessEntry, decode_awareness, encode_awareness
+from tether.protocol.wire.lib0 import MAX_SAFE_INTEGER, write_var_uint8_array
+from tether.protocol.wire.sync_payloads import (
+    OVERSIZE_STATE,
+    AwarenessEntry,
+    decode_awareness,
+    encode_awareness,
+)
 
 from ..runtime.limits import refuse
 from ..runtime.metrics import Metrics

@@ -1,12 +1,12 @@
 """The room's presence gate: every awareness update is made safe before it is stored or fanned
-out (see ``protocol.presence``), and what was fixed is counted in /metrics.
+out (see ``protocol.wire.presence_safety``), and what was fixed is counted in /metrics.
 
 Kept apart from ``room.py`` so that the room calls it in one line.
 """
 
 from __future__ import annotations
 
-from tether.protocol.presence import sanitize_awareness
+from tether.protocol.wire.presence_safety import sanitize_awareness
 
 from ..runtime.metrics import Metrics
 

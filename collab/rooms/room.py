@@ -19,8 +19,12 @@ from collections.abc import Callable, Iterable
 
 from pycrdt import Doc
 
-from tether.protocol.lib0 import write_var_uint8_array
-from tether.protocol.sync import (
+from tether.protocol.updates.update_merge import scan_merged
+from tether.protocol.updates.update_order import MIN_CLIENTS, in_dependency_order
+from tether.protocol.updates.update_scan import MalformedUpdate, scan_update
+from tether.protocol.updates.update_split import split_update
+from tether.protocol.wire.lib0 import write_var_uint8_array
+from tether.protocol.wire.sync_payloads import (
     EMPTY_UPDATE,
     AwarenessEntry,
     SyncMessage,
@@ -29,10 +33,6 @@ from tether.protocol.sync import (
     SyncUpdate,
     encode_awareness,
 )
-from tether.protocol.update_merge import scan_merged
-from tether.protocol.update_order import MIN_CLIENTS, in_dependency_order
-from tether.protocol.update_scan import MalformedUpdate, scan_update
-from tether.protocol.update_split import split_update
 
 from ..hooks import Hooks
 from ..runtime import pools
@@ -94,7 +94,7 @@ def apply_update(
 ) -> None:
     """Apply with an origin; any decoding failure, including a Rust panic, is InvalidUpdate.
     An update of many clients goes in as ``layers`` in dependency order, in one transaction
-    (protocol.update_order: yrs' pending set is quadratic in them); given, or cut here."""
+    (protocol.updates.update_order: yrs' pending set is quadratic in them); given, or cut here."""
     if layers is None:
         try:
             layers = in_dependency_order(update)
@@ -619,7 +619,7 @@ class Room:
         self, update: bytes, *, exclude: Peer | None, pieces: list[bytes] | None = None
     ) -> None:
         """An update larger than the outgoing message cap goes out as several valid updates
-        (protocol.update_split, or ``pieces`` already cut), so no proxy with a message cap
+        (protocol.updates.update_split, or ``pieces`` already cut), so no proxy with a message cap
         drops it."""
         if pieces is None:
             pieces = list(split_update(update, self.settings.max_message_bytes))

@@ -39,7 +39,7 @@ class RoomSettings:
     max_map_keys: int = DEFAULT_MAX_MAP_KEYS
     max_root_types: int = DEFAULT_MAX_ROOT_TYPES
     max_clients: int = DEFAULT_MAX_CLIENTS
-    # A broadcast update bigger than this goes out as several (protocol.update_split).
+    # A broadcast update bigger than this goes out as several (protocol.updates.update_split).
     max_message_bytes: int = 1024 * 1024
     presence: PresenceLimits = field(default_factory=PresenceLimits)
     # The Y.XmlFragment a rich document keeps its tree in (collab.content).

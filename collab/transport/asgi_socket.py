@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from starlette.types import Receive, Scope, Send
 
-from tether.protocol.errors import DecodeError
+from tether.protocol.protocol_errors import DecodeError
 
 from .raw_frames import MessageSink, raw_frames_of
 

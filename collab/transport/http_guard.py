@@ -18,7 +18,7 @@ import asyncio
 import logging
 from typing import Any
 
-from ..connection.address_limit import ConnectionsPerAddress
+from .address_limit import ConnectionsPerAddress
 
 log = logging.getLogger("tether")
 

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from pycrdt import Assoc, Doc, StickyIndex, Transaction
 
-from tether.protocol.update_scan import ID, ScannedItem, ScannedUpdate
+from tether.protocol.updates.update_scan import ID, ScannedItem, ScannedUpdate
 
 from .item_cuts import DEFAULT_MAX_CUT_COST, MAX_CUTS, ItemCuts
 from .sequence_order import Chains, OrderFacts, RightOrigins

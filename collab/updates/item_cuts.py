@@ -21,7 +21,7 @@ guard refuses an update whose cost exceeds its budget (``collab.updates.guard``)
 
 The estimate errs high: it knows no cut yrs healed by squashing deleted neighbours, and a cut
 into a healed item is priced at the longer item. Knows nothing of pycrdt: plain clocks, and the
-update as ``protocol.update_scan`` reads it.
+update as ``protocol.updates.update_scan`` reads it.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import bisect
 from array import array
 from collections.abc import Iterator
 
-from tether.protocol.update_scan import ID, ScannedUpdate
+from tether.protocol.updates.update_scan import ID, ScannedUpdate
 
 # Weights per unit of one copied UTF-16 unit. Measured here (pycrdt 0.14, 2-core EPYC): a unit
 # copied 0.024 ns (ASCII) to 0.078 ns (three-byte characters); a character walked 0.85-1.9 ns;

@@ -11,8 +11,8 @@ dependency was never committed (collab.cluster.node).
 
 from __future__ import annotations
 
-from tether.protocol.lib0 import Decoder
-from tether.protocol.update_scan import ScannedUpdate, scan_update
+from tether.protocol.updates.update_scan import ScannedUpdate, scan_update
+from tether.protocol.wire.lib0 import Decoder
 
 
 def still_pending(state_vector: bytes, updates: list[bytes]) -> list[bytes]:

@@ -1,5 +1,5 @@
-"""Reads an update for the guard (its scan, runs merged: ``protocol.update_merge``), in a worker
-thread when it is big, so a peer's megabytes of structs never hold the event loop.
+"""Reads an update for the guard (its scan, runs merged: ``protocol.updates.update_merge``), in a
+worker thread when it is big, so a peer's megabytes of structs never hold the event loop.
 
 Reading is pure Python over the update's bytes, about 3 µs per struct (6 when a run is merged):
 a 0.78 MB update of 100,000 items took 0.6 s. In a thread the loop still gets the GIL every
@@ -10,8 +10,8 @@ where the document lives. Knows nothing of rooms or sockets.
 
 from __future__ import annotations
 
-from tether.protocol.update_merge import scan_merged
-from tether.protocol.update_scan import ScannedUpdate
+from tether.protocol.updates.update_merge import scan_merged
+from tether.protocol.updates.update_scan import ScannedUpdate
 
 from ..runtime.pools import Pool
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import bisect
 from array import array
 
-from tether.protocol.update_scan import ID, ScannedUpdate
+from tether.protocol.updates.update_scan import ID, ScannedUpdate
 
 # How many chain origins to follow back from a right origin before giving up on the facts.
 MAX_HOPS = 4

@@ -4,7 +4,7 @@ the document checked first; pure, run in a worker thread. Knows nothing of rooms
 Why: the guard's Python per struct (about 7 µs: its checks, then what ``admit`` records) and
 yrs' apply (about 0.08 µs per byte, holding the GIL, so a thread does not help) are linear, but
 a frame may hold 16 MiB of structs: one update of a million map entries held the loop 4-7 s.
-Cut into slices of about a thousand structs in dependency order (``protocol.update_order``),
+Cut into slices of about a thousand structs in dependency order (``protocol.updates.update_order``),
 each slice is checked, applied and admitted as an update of its own, and the loop runs other
 rooms between slices (``collab.rooms.room``). What the guard allows one update to cost (its cuts,
 their count, its walks) is shared by its slices (``collab.updates.guard.Spend``): cut finer, an
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tether.protocol.update_order import in_slices
-from tether.protocol.update_scan import ScannedUpdate, scan_update
+from tether.protocol.updates.update_order import in_slices
+from tether.protocol.updates.update_scan import ScannedUpdate, scan_update
 
 from .reading import ReadUpdate
 

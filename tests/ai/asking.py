@@ -11,8 +11,8 @@ import anyio
 
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import Suggest
-from tether.protocol.client import DocumentHandle
+from tether.protocol.clients.tether_client import DocumentHandle
+from tether.protocol.wire.ai_messages import Suggest
 
 # The server's settings for tests of the model's stream itself: no length rule but the token
 # limit, no healing, no junk filter (what each test then sees is what the model wrote).

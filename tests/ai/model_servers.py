@@ -6,8 +6,8 @@ from __future__ import annotations
 import uuid
 
 from tether.ai.model.providers.ring import BoundedRing
-from tether.protocol.ai import SuggestionEnd
-from tether.protocol.client import DocumentHandle
+from tether.protocol.clients.tether_client import DocumentHandle
+from tether.protocol.wire.ai_messages import SuggestionEnd
 
 TEXTS = [
     "The harbour master checked the tide tables and",

@@ -14,8 +14,8 @@ import pytest
 
 from tests.ai.asking import ask, collect, utf16_len
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import Suggest
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
+from tether.protocol.wire.ai_messages import Suggest
 
 pytestmark = pytest.mark.anyio
 

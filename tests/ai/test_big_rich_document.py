@@ -14,8 +14,8 @@ import pytest
 from pycrdt import XmlElement, XmlFragment, XmlText
 
 from tests.serverproc import ServerProcess
-from tether.protocol.relative_position import RelativePosition
-from tether.protocol.update_scan import scan_update
+from tether.protocol.updates.update_scan import scan_update
+from tether.protocol.wire.relative_position import RelativePosition
 
 from .test_rich_suggestions import SHARP, rich_editor, suggest_and_accept
 from .test_rich_windows import rich_update, sentence

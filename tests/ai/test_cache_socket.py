@@ -12,8 +12,8 @@ import pytest
 
 from tests.ai.asking import UNSHAPED
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import Suggest
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import Suggest
 
 pytestmark = pytest.mark.anyio
 

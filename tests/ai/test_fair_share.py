@@ -22,7 +22,7 @@ from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
 from tether.ai.errors import Busy, QuotaExceeded
 from tether.ai.suggest.scheduler import INTERACTIVE, Scheduler
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,14 @@ from tether.ai.model.providers.scripted import ScriptedProvider
 from tether.ai.model.worker.faults import Faults
 from tether.ai.model.worker.serve import WorkerConfig, WorkerServer
 from tether.ai.suggest.scheduler import PREFETCH, Scheduler
-from tether.protocol.worker import CANCEL, DONE, GENERATE, READY, FrameReader, encode_frame
+from tether.protocol.wire.worker_frames import (
+    CANCEL,
+    DONE,
+    GENERATE,
+    READY,
+    FrameReader,
+    encode_frame,
+)
 
 pytestmark = pytest.mark.anyio
 

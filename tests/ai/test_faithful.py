@@ -20,8 +20,8 @@ from tether.ai.text.faithful import (
     dropped,
     summary,
 )
-from tether.protocol import ai
-from tether.protocol.ai import (
+from tether.protocol.wire import ai_messages as ai
+from tether.protocol.wire.ai_messages import (
     Accept,
     Dropped,
     InvalidAiMessage,

@@ -22,8 +22,8 @@ import pytest
 
 from tests.ai.asking import Answer, collect, utf16_len
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import Accept, Suggest
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import Accept, Suggest
 
 pytestmark = pytest.mark.anyio
 

@@ -27,7 +27,7 @@ from tether.ai.text.junk import (
     words,
 )
 from tether.ai.text.stopping import PHRASE, SENTENCE, STOP_RULES, TOKENS, WORD
-from tether.protocol.ai import END_REASONS, JUNK_KINDS, JUNK_PREFIX, SuggestionEnd
+from tether.protocol.wire.ai_messages import END_REASONS, JUNK_KINDS, JUNK_PREFIX, SuggestionEnd
 
 BEFORE = "The keeper climbed the stairs at dusk. He lit the lamp and wrote in the "
 

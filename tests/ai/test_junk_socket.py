@@ -18,8 +18,8 @@ import pytest
 from tests.ai.asking import Answer, ask, metric, utf16_len, wait_metric
 from tests.serverproc import ServerProcess
 from tether.ai.text.junk import junk_kind
-from tether.protocol.ai import SuggestionDelta, SuggestionEnd
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import SuggestionDelta, SuggestionEnd
 
 pytestmark = pytest.mark.anyio
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.ai.asking import UNSHAPED, ask, collect, metric, send_suggest, wait_metric
 from tests.serverproc import ServerProcess
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,8 @@ import pytest
 
 from tests.ai.asking import UNSHAPED, metric, wait_metric
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import SuggestionEnd
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
+from tether.protocol.wire.ai_messages import SuggestionEnd
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

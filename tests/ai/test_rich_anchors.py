@@ -15,8 +15,8 @@ from tether.ai.text.positions import utf16_to_index as _utf16_to_index
 from tether.ai.text.relative import Place, locate
 from tether.ai.text.rich_view import RichReader
 from tether.collab.updates.guard import UpdateGuard
-from tether.protocol.relative_position import RelativePosition, decode_relative_position
-from tether.protocol.update_scan import scan_update
+from tether.protocol.updates.update_scan import scan_update
+from tether.protocol.wire.relative_position import RelativePosition, decode_relative_position
 
 from ..jsclient import yjs_cursor_cases
 

@@ -20,9 +20,9 @@ from tether.ai.settings import AiSettings
 from tether.ai.suggest.scheduler import Scheduler
 from tether.collab.auth.tokens import OPEN_GRANT
 from tether.collab.updates.guard import UpdateGuard
-from tether.protocol.ai import Suggest
-from tether.protocol.relative_position import RelativePosition
-from tether.protocol.update_scan import scan_update
+from tether.protocol.updates.update_scan import scan_update
+from tether.protocol.wire.ai_messages import Suggest
+from tether.protocol.wire.relative_position import RelativePosition
 
 from .test_rich_windows import rich_update, sentence
 

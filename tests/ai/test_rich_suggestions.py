@@ -21,8 +21,12 @@ from pycrdt import XmlFragment
 
 from tests.jsclient import tiptap_document, tiptap_reads, yjs_anchors
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import Accept, SuggestionEnd
-from tether.protocol.client import DocumentHandle, SuggestionFailedError, TetherClient
+from tether.protocol.clients.tether_client import (
+    DocumentHandle,
+    SuggestionFailedError,
+    TetherClient,
+)
+from tether.protocol.wire.ai_messages import Accept, SuggestionEnd
 
 pytestmark = pytest.mark.anyio
 

@@ -20,8 +20,8 @@ from tether.ai.text.regions import RegionIndex
 from tether.ai.text.relative import locate
 from tether.ai.text.rich_view import RichReader
 from tether.collab.updates.guard import UpdateGuard
-from tether.protocol.relative_position import RelativePosition
-from tether.protocol.update_scan import scan_update
+from tether.protocol.updates.update_scan import scan_update
+from tether.protocol.wire.relative_position import RelativePosition
 
 
 def sentence(number: int) -> str:

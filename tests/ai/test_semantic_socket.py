@@ -11,7 +11,7 @@ import pytest
 
 from tests.ai.asking import UNSHAPED, ask, metric, wait_metric
 from tests.serverproc import ServerProcess
-from tether.protocol.client import PermissionDeniedError, TetherClient
+from tether.protocol.clients.tether_client import PermissionDeniedError, TetherClient
 
 pytestmark = pytest.mark.anyio
 

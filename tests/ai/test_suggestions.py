@@ -27,8 +27,8 @@ from pycrdt import Assoc
 from tests.ai.asking import UNSHAPED
 from tests.metrics_scrape import metric_value, metrics_text
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import decode_server_message
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import decode_server_message
 
 pytestmark = pytest.mark.anyio
 

@@ -26,8 +26,8 @@ from tests.ai.model_servers import homed_documents
 from tests.ai.sse_upstream import ThreadedUpstream
 from tests.serverproc import ServerProcess
 from tether.ai.model.providers.openai import MAX_TOKEN_CHARS
-from tether.protocol.ai import WatchStatus
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import WatchStatus
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,7 @@ from tests.ai.asking import UNSHAPED
 from tests.ai.model_servers import TEXTS, homed_documents, suggest_to_the_end
 from tests.llama_upstream import LlamaServer, missing_modules
 from tests.serverproc import ServerProcess
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ import pytest
 
 from tests.ai.asking import ask
 from tests.serverproc import ServerProcess
-from tether.protocol.client import TetherClient
+from tether.protocol.clients.tether_client import TetherClient
 
 pytestmark = pytest.mark.anyio
 

@@ -24,8 +24,8 @@ from pycrdt import Doc, Text
 
 from tests.ai.asking import UNSHAPED, Answer, ask, collect, utf16_len
 from tests.serverproc import ServerProcess
-from tether.protocol.ai import Suggest, WatchStatus
-from tether.protocol.client import DocumentHandle, TetherClient
+from tether.protocol.clients.tether_client import DocumentHandle, TetherClient
+from tether.protocol.wire.ai_messages import Suggest, WatchStatus
 
 pytestmark = pytest.mark.anyio
 

@@ -3,7 +3,7 @@ is usually given a whole /64), an IPv4-mapped IPv6 address is its IPv4 address."
 
 from __future__ import annotations
 
-from tether.collab.connection.address_limit import ConnectionsPerAddress, address_group
+from tether.collab.transport.address_limit import ConnectionsPerAddress, address_group
 
 
 def test_ipv6_addresses_of_one_64_count_as_one_client():

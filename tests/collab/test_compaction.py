@@ -11,7 +11,7 @@ from tether.collab.rooms.manager import RoomManager
 from tether.collab.runtime.metrics import Metrics
 from tether.collab.storage.compaction import CompactionPolicy, LogSize
 from tether.collab.storage.store import MemoryStore
-from tether.protocol.sync import SyncUpdate
+from tether.protocol.wire.sync_payloads import SyncUpdate
 from tether.tests.collab.test_room import Capture, edit, make_peer, room_settings
 
 pytestmark = pytest.mark.anyio

@@ -9,8 +9,8 @@ import pytest
 
 from tether.bench.shape_updates import OWNER, item, string, update
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused
-from tether.protocol.update_merge import scan_merged
-from tether.protocol.update_scan import STRING
+from tether.protocol.updates.update_merge import scan_merged
+from tether.protocol.updates.update_scan import STRING
 
 OTHER = OWNER + 1
 EMOJI = "\N{GRINNING FACE}"  # two UTF-16 units

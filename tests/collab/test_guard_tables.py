@@ -9,7 +9,7 @@ from pycrdt import Doc, Map
 
 from tether.bench.shape_updates import many_clients, many_roots, map_entries
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused
-from tether.protocol.update_merge import scan_merged
+from tether.protocol.updates.update_merge import scan_merged
 
 
 def admit(guard: UpdateGuard, update: bytes, *, stored: bool = False) -> None:

@@ -21,8 +21,8 @@ from tether.bench.shape_updates import (
 )
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused
 from tether.collab.updates.item_cuts import DEFAULT_MAX_CUT_COST, MAX_CUTS
-from tether.protocol.update_merge import scan_merged
-from tether.protocol.update_scan import STRING, scan_update
+from tether.protocol.updates.update_merge import scan_merged
+from tether.protocol.updates.update_scan import STRING, scan_update
 
 WORDS = ("of", "and", "lorem", "ipsum", "dolor", "sit", "amet", "consectetur")
 

@@ -23,7 +23,7 @@ from tether.bench.shape_updates import (
 from tether.collab.updates import guard as update_guard
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused, check_origin_order
 from tether.collab.updates.sequence_order import Chains, OrderFacts, RightOrigins
-from tether.protocol.update_scan import STRING, ScannedUpdate, scan_update
+from tether.protocol.updates.update_scan import STRING, ScannedUpdate, scan_update
 
 
 def admitted(*updates: bytes) -> tuple[Doc, UpdateGuard]:

@@ -17,9 +17,15 @@ from tether.collab.runtime.metrics import Metrics
 from tether.collab.storage.compaction import CompactionPolicy
 from tether.collab.storage.store import MemoryStore
 from tether.collab.transport.outbox import Outbox, SendBytes
-from tether.protocol.lib0 import Decoder
-from tether.protocol.messages import Awareness, Sync, SyncStatus, decode_frame
-from tether.protocol.sync import AwarenessEntry, SyncStep1, SyncStep2, SyncUpdate, encode_awareness
+from tether.protocol.wire.lib0 import Decoder
+from tether.protocol.wire.messages import Awareness, Sync, SyncStatus, decode_frame
+from tether.protocol.wire.sync_payloads import (
+    AwarenessEntry,
+    SyncStep1,
+    SyncStep2,
+    SyncUpdate,
+    encode_awareness,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -302,7 +308,7 @@ async def test_reopening_during_the_grace_period_keeps_the_same_room() -> None:
 def good_then_orphaned(parent_client: int) -> bytes:
     """A valid insert into "content", then an item whose parent is a string item: yrs applies
     the first and fails on the second, leaving the first in the doc."""
-    from tether.protocol.lib0 import write_var_string, write_var_uint
+    from tether.protocol.wire.lib0 import write_var_string, write_var_uint
 
     out = write_var_uint(1) + write_var_uint(2) + write_var_uint(88) + write_var_uint(0)
     out += bytes([4]) + write_var_uint(1) + write_var_string("content") + write_var_string("GOOD")

@@ -15,9 +15,9 @@ from tether.collab.rooms.manager import RoomManager
 from tether.collab.rooms.room import Room
 from tether.collab.runtime.metrics import Metrics
 from tether.collab.storage.store import MemoryStore
-from tether.protocol.lib0 import Decoder
-from tether.protocol.messages import Awareness
-from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
+from tether.protocol.wire.lib0 import Decoder
+from tether.protocol.wire.messages import Awareness
+from tether.protocol.wire.sync_payloads import AwarenessEntry, decode_awareness, encode_awareness
 
 from .test_room import Capture, make_peer, room_settings
 

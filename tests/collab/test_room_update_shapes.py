@@ -16,8 +16,8 @@ from tether.collab.rooms.document_edits import import_update
 from tether.collab.rooms.manager import DocumentQuarantined, RoomManager
 from tether.collab.runtime.metrics import Metrics
 from tether.collab.storage.store import MemoryStore
-from tether.protocol.sync import SyncUpdate
-from tether.protocol.update_scan import scan_update
+from tether.protocol.updates.update_scan import scan_update
+from tether.protocol.wire.sync_payloads import SyncUpdate
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ from pycrdt import Doc, Text
 from tether.collab.updates import guard as update_guard
 from tether.collab.updates.guard import UpdateGuard, UpdateRefused, check_origin_order
 from tether.collab.updates.sequence_order import Chains, OrderFacts, RightOrigins
-from tether.protocol.update_scan import scan_update
+from tether.protocol.updates.update_scan import scan_update
 
 
 def guarded(doc: Doc) -> UpdateGuard:

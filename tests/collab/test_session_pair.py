@@ -12,9 +12,8 @@ from tether.collab.rooms.peer import Peer
 from tether.collab.rooms.room import Room
 from tether.collab.runtime.metrics import Metrics
 from tether.collab.storage.store import MemoryStore
-from tether.protocol.client_session import AuthRefused, ClientSession
-from tether.protocol.messages import Awareness, QueryAwareness, Sync
-from tether.protocol.session import (
+from tether.protocol.sessions.client_session import AuthRefused, ClientSession
+from tether.protocol.sessions.server_session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
@@ -22,6 +21,7 @@ from tether.protocol.session import (
     Reply,
     ServerSession,
 )
+from tether.protocol.wire.messages import Awareness, QueryAwareness, Sync
 
 pytestmark = pytest.mark.anyio
 

@@ -31,9 +31,9 @@ from tether.collab.updates.guard import (
 )
 from tether.collab.updates.item_cuts import DEFAULT_MAX_CUT_COST, MAX_CUTS
 from tether.collab.updates.slicing import SLICE_BYTES, SLICE_STRUCTS, slice_update
-from tether.protocol.update_merge import scan_merged
-from tether.protocol.update_order import in_slices
-from tether.protocol.update_scan import STRING, scan_update
+from tether.protocol.updates.update_merge import scan_merged
+from tether.protocol.updates.update_order import in_slices
+from tether.protocol.updates.update_scan import STRING, scan_update
 
 Case = tuple[list[bytes], bytes]  # what the document holds, and the one update sent
 

@@ -13,7 +13,7 @@ from pycrdt import merge_updates
 from tests.protocol.test_update_merge import _history, edits
 from tether.collab.updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
 from tether.collab.updates.slicing import needs_of, slice_update
-from tether.protocol.update_merge import scan_merged
+from tether.protocol.updates.update_merge import scan_merged
 
 
 def guard_of(updates: list[bytes]) -> UpdateGuard:

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route
 
 from tether import AuthError, AuthRequest, ConnectionInfo, Grant, Settings, TetherServer
-from tether.protocol.sync import AwarenessEntry
+from tether.protocol.wire.sync_payloads import AwarenessEntry
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--port", type=int, required=True)

@@ -1,4 +1,5 @@
-"""The AI message codecs (protocol/ai.py) against the rules in PROTOCOL.md's AI section.
+"""The AI message codecs (protocol/wire/ai_messages.py) against the rules in PROTOCOL.md's AI
+section.
 
 Round trips for every message, the validation rules one by one, and properties: whatever text a
 client sends, ``decode_client_message`` either returns a message that keeps the documented
@@ -16,8 +17,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tether.protocol import ai
-from tether.protocol.ai import (
+from tether.protocol.wire import ai_messages as ai
+from tether.protocol.wire.ai_messages import (
     Accept,
     AiStatus,
     Cancel,
@@ -32,7 +33,7 @@ from tether.protocol.ai import (
     decode_client_message,
     decode_server_message,
 )
-from tether.protocol.messages import Stateless, decode_frame
+from tether.protocol.wire.messages import Stateless, decode_frame
 
 fast = settings(max_examples=200, deadline=None)
 
@@ -564,7 +565,7 @@ def test_each_documented_rule_accepts(rule, payload, expected):
 
 
 def test_ai_error_is_a_protocol_error_carrying_the_id():
-    from tether.protocol.errors import ProtocolError
+    from tether.protocol.protocol_errors import ProtocolError
 
     error = error_of(suggest(kind="nope", pos=1))
     assert isinstance(error, ProtocolError) and error.request_id == "s1"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pycrdt import Doc, Map, Text
 
-from tether.protocol.client_session import (
+from tether.protocol.sessions.client_session import (
     MAX_REFUSALS_IN_ROW,
     ClientDocument,
     ClientEvent,
@@ -16,7 +16,7 @@ from tether.protocol.client_session import (
     WriteRefused,
     is_refusal_close,
 )
-from tether.protocol.messages import (
+from tether.protocol.wire.messages import (
     Authenticated,
     AuthToken,
     Close,
@@ -25,7 +25,7 @@ from tether.protocol.messages import (
     SyncStatus,
     decode_frame,
 )
-from tether.protocol.sync import EMPTY_UPDATE, SyncStep1, SyncStep2, SyncUpdate
+from tether.protocol.wire.sync_payloads import EMPTY_UPDATE, SyncStep1, SyncStep2, SyncUpdate
 
 REFUSAL = (1002, "invalid update: update refused: a map holds at most 8 keys")
 TOO_LARGE = "update too large: 70021 bytes, this server takes at most 65536"

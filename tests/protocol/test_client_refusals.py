@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from pycrdt import Doc, Text
 
-from tether.protocol.client_session import (
+from tether.protocol.sessions.client_session import (
     ClientDocument,
     ClientEvent,
     ClientSession,
     Synced,
     WriteRefused,
 )
-from tether.protocol.messages import Authenticated, Sync, SyncStatus, decode_frame
-from tether.protocol.sync import EMPTY_UPDATE, SyncStep1, SyncStep2, SyncUpdate
+from tether.protocol.wire.messages import Authenticated, Sync, SyncStatus, decode_frame
+from tether.protocol.wire.sync_payloads import EMPTY_UPDATE, SyncStep1, SyncStep2, SyncUpdate
 
 NAME = "doc"
 

@@ -1,8 +1,8 @@
 """PROTOCOL.md's HTTP fallback section is checked against the code and a live server.
 
 ``http-wire`` blocks: each ``batch:``, ``event:``, ``close:`` and ``heartbeat:`` line is encoded
-with ``protocol/http_wire.py`` and compared with its documented bytes or text, and decoded back.
-The ``http-exchange`` block is a whole session, replayed request by request against a real
+with ``protocol/wire/http_wire.py`` and compared with its documented bytes or text, and decoded
+back. The ``http-exchange`` block is a whole session, replayed request by request against a real
 server (``--auth none``: the documented token is not a JWT), comparing statuses, the headers
 shown and the bodies.
 """
@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.serverproc import ServerProcess
-from tether.protocol.http_wire import (
+from tether.protocol.wire.http_wire import (
     HEARTBEAT,
     CloseEvent,
     EventParser,

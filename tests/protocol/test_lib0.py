@@ -11,8 +11,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tether.protocol.errors import DecodeError, ProtocolError
-from tether.protocol.lib0 import (
+from tether.protocol.protocol_errors import DecodeError, ProtocolError
+from tether.protocol.wire.lib0 import (
     Decoder,
     write_var_int,
     write_var_string,

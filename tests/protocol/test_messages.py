@@ -5,11 +5,16 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.protocol.test_sync import mutations, simple_awareness_payloads, sync_messages
-from tether.protocol import messages as m
-from tether.protocol.errors import DecodeError, FrameTooLarge, ProtocolError, UnknownMessageType
-from tether.protocol.lib0 import write_var_string, write_var_uint
-from tether.protocol.sync import EMPTY_UPDATE, SyncStep1, SyncUpdate
-from tether.protocol.yws import (
+from tether.protocol.protocol_errors import (
+    DecodeError,
+    FrameTooLarge,
+    ProtocolError,
+    UnknownMessageType,
+)
+from tether.protocol.wire import messages as m
+from tether.protocol.wire.lib0 import write_var_string, write_var_uint
+from tether.protocol.wire.sync_payloads import EMPTY_UPDATE, SyncStep1, SyncUpdate
+from tether.protocol.wire.yws_frames import (
     YAwareness,
     YPermissionDenied,
     YQueryAwareness,

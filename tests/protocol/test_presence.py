@@ -1,4 +1,4 @@
-"""protocol.presence: only hex colours and bounded names in a presence's ``user``."""
+"""protocol.wire.presence_safety: only hex colours and bounded names in a presence's ``user``."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from tether.protocol.errors import DecodeError
-from tether.protocol.presence import MAX_NAME_CHARS, sanitize_awareness, sanitize_state
-from tether.protocol.sync import AwarenessEntry, decode_awareness, encode_awareness
+from tether.protocol.protocol_errors import DecodeError
+from tether.protocol.wire.presence_safety import MAX_NAME_CHARS, sanitize_awareness, sanitize_state
+from tether.protocol.wire.sync_payloads import AwarenessEntry, decode_awareness, encode_awareness
 
 
 @pytest.mark.parametrize("color", ["#abc", "#ABCDEF", "#30bced", "#000"])

@@ -5,9 +5,10 @@ its bytes, and its bytes are decoded and compared with its arguments, so the doc
 drift from the code. The state table and the close codes are compared with their sources too.
 
 AI examples (``ai.…``) are whole Stateless frames: the message is encoded with its
-``protocol/ai.py`` class and wrapped in ``protocol.messages.Stateless``; decoding reads the frame
-and then the JSON with ``decode_client_message`` / ``decode_server_message``. The comment line
-right above each one shows its JSON payload, and is checked to be exactly that payload.
+``protocol/wire/ai_messages.py`` class and wrapped in ``protocol.wire.messages.Stateless``;
+decoding reads the frame and then the JSON with ``decode_client_message`` /
+``decode_server_message``. The comment line right above each one shows its JSON payload, and is
+checked to be exactly that payload.
 """
 
 from __future__ import annotations
@@ -21,16 +22,17 @@ from typing import Any
 
 import pytest
 
-from tether.protocol import ai, yws
-from tether.protocol import messages as m
-from tether.protocol.lib0 import (
+from tether.protocol.wire import ai_messages as ai
+from tether.protocol.wire import messages as m
+from tether.protocol.wire import yws_frames as yws
+from tether.protocol.wire.lib0 import (
     Decoder,
     write_var_int,
     write_var_string,
     write_var_uint,
     write_var_uint8_array,
 )
-from tether.protocol.sync import (
+from tether.protocol.wire.sync_payloads import (
     AwarenessEntry,
     SyncStep1,
     SyncStep2,
@@ -42,7 +44,7 @@ from tether.protocol.sync import (
 
 ROOT = Path(__file__).resolve().parents[2]
 PROTOCOL_MD = ROOT / "protocol" / "PROTOCOL.md"
-SESSION_PY = ROOT / "protocol" / "session.py"
+SESSION_PY = ROOT / "protocol" / "sessions" / "server_session.py"
 CLOSE_CODES_PY = ROOT / "collab" / "connection" / "close_codes.py"
 AI_ERRORS_PY = ROOT / "ai" / "errors.py"
 
@@ -369,7 +371,7 @@ def _table(text: str, first_row: str) -> list[str]:
     return rows
 
 
-def test_the_state_table_is_the_one_in_session_py():
+def test_the_state_table_is_the_one_in_server_session_py():
     header = "state           input"
     source = _table(SESSION_PY.read_text(encoding="utf-8"), header)
     assert len(source) > 10

@@ -2,8 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tether.protocol import messages as m
-from tether.protocol.errors import (
+from tether.protocol.protocol_errors import (
     ChannelNameTooLong,
     DecodeError,
     FrameTooLarge,
@@ -11,7 +10,7 @@ from tether.protocol.errors import (
     QueueOverflow,
     SessionViolation,
 )
-from tether.protocol.session import (
+from tether.protocol.sessions.server_session import (
     AuthRequested,
     ChannelClosed,
     ChannelOpened,
@@ -23,7 +22,8 @@ from tether.protocol.session import (
     ServerSession,
     SessionLimits,
 )
-from tether.protocol.sync import EMPTY_UPDATE, SyncStep1, SyncUpdate
+from tether.protocol.wire import messages as m
+from tether.protocol.wire.sync_payloads import EMPTY_UPDATE, SyncStep1, SyncUpdate
 
 RW = m.SCOPE_READ_WRITE
 RO = m.SCOPE_READONLY

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tether.protocol.errors import DecodeError, ProtocolError, UnknownMessageType
-from tether.protocol.lib0 import Decoder, write_var_string, write_var_uint
-from tether.protocol.messages import Sync, decode_frame
-from tether.protocol.sync import (
+from tether.protocol.protocol_errors import DecodeError, ProtocolError, UnknownMessageType
+from tether.protocol.wire.lib0 import Decoder, write_var_string, write_var_uint
+from tether.protocol.wire.messages import Sync, decode_frame
+from tether.protocol.wire.sync_payloads import (
     EMPTY_UPDATE,
     AwarenessEntry,
     SyncStep1,
@@ -23,7 +23,7 @@ from tether.protocol.sync import (
     encode_awareness,
     read_sync_message,
 )
-from tether.protocol.yws import YAwareness, YSync, decode_yws_frame
+from tether.protocol.wire.yws_frames import YAwareness, YSync, decode_yws_frame
 
 MAX_SAFE = (1 << 53) - 1
 TESTS_DIR = Path(__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
-"""protocol.update_merge: a run of one client's items that Yjs would have sent as one item is
-re-encoded as one, and applying the merged update makes exactly the document the original makes
+"""protocol.updates.update_merge: a run of one client's items that Yjs would have sent as one item
+is re-encoded as one, and applying the merged update makes exactly the document the original makes
 (pycrdt's state and update, and Yjs's text), emoji and deletes included."""
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from tether.bench.shape_updates import (
     unmerged_run,
     update,
 )
-from tether.protocol.lib0 import Decoder, write_var_uint
-from tether.protocol.update_merge import merge_runs, scan_merged
-from tether.protocol.update_scan import (
+from tether.protocol.updates.update_merge import merge_runs, scan_merged
+from tether.protocol.updates.update_scan import (
     ANY,
     DELETED,
     STRING,
@@ -33,6 +32,7 @@ from tether.protocol.update_scan import (
     skip_content,
     skip_values,
 )
+from tether.protocol.wire.lib0 import Decoder, write_var_uint
 
 _ORIGIN, _RIGHT = 0x80, 0x40
 

@@ -1,5 +1,5 @@
-"""protocol.update_order: an update cut into layers in dependency order makes, applied layer by
-layer in one transaction, the document the update makes whole; many clients each typing after
+"""protocol.updates.update_order: an update cut into layers in dependency order makes, applied layer
+by layer in one transaction, the document the update makes whole; many clients each typing after
 the one before become one layer each (what yrs integrates without a pending set)."""
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from tether.bench.shape_updates import (
     string,
     update,
 )
-from tether.protocol.update_order import in_dependency_order, in_slices
-from tether.protocol.update_scan import STRING, scan_update
+from tether.protocol.updates.update_order import in_dependency_order, in_slices
+from tether.protocol.updates.update_scan import STRING, scan_update
 
 
 def whole(update_: bytes) -> Doc:

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pycrdt import Array, Doc, Map, Text
 
-from tether.protocol.lib0 import Decoder
-from tether.protocol.update_scan import (
+from tether.protocol.updates.update_scan import (
     MalformedUpdate,
     _scan,
     _scan_text_items,
     scan_update,
 )
+from tether.protocol.wire.lib0 import Decoder
 
 _CHARS = st.sampled_from(["a", "b", " ", "é", "€", "😀", "\n"])
 
@@ -107,7 +107,7 @@ def test_json_content_is_refused_since_yrs_reads_one_string_more_than_yjs_writes
     """Yjs writes a ContentJSON as a count and that many strings; yrs reads one more (it
     cannot even read back its own encoding of one), so the scan and yrs would see different
     structs after it, and the guard would check the wrong ones. No Yjs since v13 writes it."""
-    from tether.protocol.lib0 import write_var_string, write_var_uint
+    from tether.protocol.wire.lib0 import write_var_string, write_var_uint
 
     json_item = bytes([2]) + write_var_uint(1) + write_var_string("list")
     json_item += write_var_uint(0) + write_var_string("1")  # count 0: yrs still reads a string

@@ -1,5 +1,5 @@
-"""protocol.update_split: every piece is an update pycrdt and Yjs apply, the pieces together are
-the whole document, and only an indivisible struct may exceed the budget."""
+"""protocol.updates.update_split: every piece is an update pycrdt and Yjs apply, the pieces together
+are the whole document, and only an indivisible struct may exceed the budget."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import random
 from pycrdt import Doc, Map, Text
 
 from tests.jsclient import yjs_applied
-from tether.protocol.lib0 import Decoder
-from tether.protocol.update_scan import STRING, scan_update
-from tether.protocol.update_split import split_update, utf16_length
+from tether.protocol.updates.update_scan import STRING, scan_update
+from tether.protocol.updates.update_split import split_update, utf16_length
+from tether.protocol.wire.lib0 import Decoder
 
 
 def edited_document(seed: int) -> Doc:

@@ -2,7 +2,7 @@
 // writes user.color into the remote caret's and selection's inline style, and the presence list
 // shows user.name. A colour like "red;background:url(http://x)" would restyle the page and make
 // it fetch an attacker's URL. The server already keeps only hex colours and bounded names
-// (protocol/presence.py); this is the same rule here, for servers that do not.
+// (protocol/wire/presence_safety.py); this is the same rule here, for servers that do not.
 const COLOR = /^#(?:[0-9a-f]{3}|[0-9a-f]{6})$/i;
 const COLOR_LIGHT = /^#(?:[0-9a-f]{3}|[0-9a-f]{6}|[0-9a-f]{8})$/i; // y-codemirror adds alpha
 export const MAX_NAME_CHARS = 64;

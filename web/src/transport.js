@@ -15,7 +15,7 @@ const OPEN = 1;
 const CLOSING = 2;
 const CLOSED = 3;
 
-const MAX_BATCH_FRAMES = 4096; // protocol/http_wire.py: the server refuses a POST of more
+const MAX_BATCH_FRAMES = 4096; // protocol/wire/http_wire.py: the server refuses a POST of more
 const SHORT_LIVED_MS = 10000; // a socket dying this soon after opening counts against WebSocket
 const DEATHS_BEFORE_FALLBACK = 2;
 const FIRST_BYTE_MS = 3000; // no first byte on the stream this soon: long polls instead

@@ -4,8 +4,9 @@ embeddings until the server hangs up.
 One generation at a time runs on the provider's model thread; the others wait their turn by
 share (``ai.model.fair``: subjects, then documents, in turn; interactive before background),
 never in arrival order, and one cancelled while it waits ends there without touching the model.
-Embeddings run on the embedder's own thread meanwhile. Every reply is one ``protocol.worker``
-frame on the same stream; every generation ends with ``done`` or ``error``, cancelled or not.
+Embeddings run on the embedder's own thread meanwhile. Every reply is one
+``protocol.wire.worker_frames`` frame on the same stream; every generation ends with ``done`` or
+``error``, cancelled or not.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tether.protocol.worker import (
+from tether.protocol.wire.worker_frames import (
     CANCEL,
     DONE,
     EMBED,

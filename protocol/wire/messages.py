@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import DecodeError, FrameTooLarge, UnknownMessageType
+from ..protocol_errors import DecodeError, FrameTooLarge, UnknownMessageType
 from .lib0 import Decoder, write_var_string, write_var_uint, write_var_uint8_array
-from .sync import SyncMessage, read_sync_message
+from .sync_payloads import SyncMessage, read_sync_message
 
 SYNC = 0
 AWARENESS = 1

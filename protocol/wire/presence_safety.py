@@ -18,7 +18,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from .sync import AwarenessEntry, decode_awareness, encode_awareness
+from .sync_payloads import AwarenessEntry, decode_awareness, encode_awareness
 
 MAX_NAME_CHARS = 64  # a display name; longer ones are cut (a name is not a document)
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .errors import DecodeError
-from .lib0 import Decoder, write_var_uint, write_var_uint8_array
+from ..protocol_errors import DecodeError
+from ..wire.lib0 import Decoder, write_var_uint, write_var_uint8_array
 from .update_scan import STRING, read_item_header, skip_content
 
 _GC, _SKIP = 0, 10

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import DecodeError
+from ..protocol_errors import DecodeError
 from .lib0 import Decoder, write_var_int, write_var_string, write_var_uint
 
 ID = tuple[int, int]  # (client, clock)

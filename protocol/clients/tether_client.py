@@ -1,6 +1,6 @@
 """A thin asyncio client over ``ClientSession``: one WebSocket, many documents, reconnects.
 
-With ``protocol.http_client``, the only I/O in the protocol package. Opens several documents
+With ``protocol.clients.http_client``, the only I/O in the protocol package. Opens several documents
 over one socket, exposes each as a pycrdt Doc, waits for "synced", awaits SyncStatus acks,
 answers pings, and reconnects with jittered exponential backoff, resyncing by state vector so
 offline edits survive.
@@ -55,14 +55,8 @@ from pycrdt import Doc, Text, TransactionEvent
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 
-from .ai import (
-    ServerAiMessage,
-    Suggest,
-    SuggestionEnd,
-    SuggestionError,
-    decode_server_message,
-)
-from .client_session import (
+from ..protocol_errors import ProtocolError
+from ..sessions.client_session import (
     READONLY_REASON,
     AuthRefused,
     ClientDocument,
@@ -72,10 +66,16 @@ from .client_session import (
     WriteRefused,
     is_refusal_close,
 )
+from ..wire.ai_messages import (
+    ServerAiMessage,
+    Suggest,
+    SuggestionEnd,
+    SuggestionError,
+    decode_server_message,
+)
+from ..wire.messages import Stateless
 from .connect_errors import ConnectionFailedError, describe
-from .errors import ProtocolError
 from .http_client import HttpLink, http_base_of
-from .messages import Stateless
 
 log = logging.getLogger(__name__)
 

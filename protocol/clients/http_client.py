@@ -1,6 +1,6 @@
 """The client side of the HTTP fallback as a message link (the I/O half; the wire shape is in
-``protocol.http_wire``): iterate it for frames, ``send`` frames, ``close`` it, as with a
-WebSocket, so ``protocol.client`` serves either the same way.
+``protocol.wire.http_wire``): iterate it for frames, ``send`` frames, ``close`` it, as with a
+WebSocket, so ``protocol.clients.tether_client`` serves either the same way.
 
 Down it holds one event stream and resumes it from the last id it has when it drops; when the
 stream's first byte does not arrive within ``first_byte_timeout`` (a proxy that buffers it) it
@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from .http_wire import (
+from ..wire.http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
     MAX_BATCH_FRAMES,

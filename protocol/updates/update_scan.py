@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .lib0 import MAX_SAFE_INTEGER, DecodeError, Decoder
+from ..wire.lib0 import MAX_SAFE_INTEGER, DecodeError, Decoder
 
 # Value nesting (JSON-like ``Any``) deeper than this is refused: editors' data is shallow, and
 # each level costs the decoders (ours and yrs's) a stack frame.

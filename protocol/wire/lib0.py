@@ -6,7 +6,7 @@ Pure functions over bytes; knows nothing of messages. varString lengths are UTF-
 
 from __future__ import annotations
 
-from .errors import DecodeError
+from ..protocol_errors import DecodeError
 
 # A varUint longer than this cannot be a JS safe integer (53 bits needs 8 bytes of 7 bits).
 _MAX_VARUINT_BYTES = 8

@@ -51,7 +51,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .errors import (
+from ..protocol_errors import (
     ChannelNameTooLong,
     DecodeError,
     FrameTooLarge,
@@ -59,8 +59,8 @@ from .errors import (
     QueueOverflow,
     SessionViolation,
 )
-from .lib0 import Decoder
-from .messages import (
+from ..wire.lib0 import Decoder
+from ..wire.messages import (
     CHANNEL_SEPARATOR,
     PONG_FRAME,
     SYNC,

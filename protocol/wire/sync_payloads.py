@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .errors import DecodeError, UnknownMessageType
+from ..protocol_errors import DecodeError, UnknownMessageType
 from .lib0 import Decoder, write_var_string, write_var_uint, write_var_uint8_array
 
 SYNC_STEP1 = 0

@@ -6,7 +6,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tether.protocol.session import QueueBudget
+from tether.protocol.sessions.server_session import QueueBudget
 
 from ..auth.tokens import Authenticator
 from ..config import Settings
@@ -22,7 +22,7 @@ class Transport(Protocol):
 
     async def receive(self) -> bytes | None:
         """The next binary message; None once the peer has gone. A text message raises
-        ``protocol.errors.DecodeError``."""
+        ``protocol.protocol_errors.DecodeError``."""
 
     def send(self, data: bytes) -> Awaitable[None]: ...
 

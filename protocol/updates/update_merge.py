@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .lib0 import Decoder, write_var_uint
+from ..wire.lib0 import Decoder, write_var_uint
 from .update_scan import (
     ANY,
     DELETED,

@@ -20,7 +20,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ProtocolError
+from ..protocol_errors import ProtocolError
 
 # worker → server, unasked
 HELLO = "hello"  # {pid}: the process is up and holds the channel

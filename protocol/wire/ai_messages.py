@@ -20,7 +20,7 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .errors import ProtocolError
+from ..protocol_errors import ProtocolError
 
 KINDS = ("complete", "rewrite")
 # suggestion.end's reason "junk:<kind>": the server's junk filter dropped the suggestion (no

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 
 from pycrdt import Doc, Text, get_state
 
-from .errors import SessionViolation
-from .messages import (
+from ..protocol_errors import SessionViolation
+from ..wire.messages import (
     PONG_FRAME,
     SCOPE_READONLY,
     Authenticated,
@@ -52,7 +52,7 @@ from .messages import (
     SyncStatus,
     decode_frame,
 )
-from .sync import (
+from ..wire.sync_payloads import (
     EMPTY_UPDATE,
     AwarenessEntry,
     SyncStep1,

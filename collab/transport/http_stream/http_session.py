@@ -4,7 +4,7 @@ The connection logic of ``/ws`` runs unchanged on top of it (same frames, auth, 
 metrics): ``receive`` hands it the frames POSTed up, in order; ``send`` numbers each frame into
 a byte-bounded ``ReplayBuffer`` that down requests (a stream, or long polls) read from and
 acknowledgements release; ``close`` becomes the stream's ``close`` event. Knows nothing of
-Starlette: ``collab.fallback.endpoints`` feeds it.
+Starlette: ``endpoints`` feeds it.
 
 Backpressure is the socket's: a client that does not acknowledge fills its replay buffer,
 ``send`` then waits, the connection's outbox fills behind it, and the outbox's bounds close it
@@ -18,7 +18,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from tether.protocol.errors import ProtocolError
+from tether.protocol.protocol_errors import ProtocolError
 
 from .replay_buffer import ReplayBuffer
 

@@ -1,8 +1,9 @@
 """The HTTP fallback's sessions: created, found by id, run, expired and dropped, all bounded.
 
-Knows nothing of Starlette. Each session runs the ``/ws`` connection logic (``MuxConnection``)
-on an ``HttpSession``; this module bounds how many there are (in all and per client address)
-and how many replay bytes they hold together, and ends those whose client went away: no down
+Knows nothing of Starlette, nor of what runs on a session: the server hands ``running`` the
+``/ws`` connection logic (``collab.connection.mux``), which each session runs on an
+``HttpSession``; this module bounds how many there are (in all and per client address) and how
+many replay bytes they hold together, and ends those whose client went away: no down
 request attached for ``http_session_timeout`` seconds. A session the server closed stays long
 enough for its client to read the close (or that timeout), then goes.
 """
@@ -18,19 +19,20 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from prometheus_client import Counter, Gauge
 
-from ..config import Settings
-from ..connection.address_limit import ConnectionsPerAddress
-from ..connection.context import ServerContext
-from ..connection.mux import MuxConnection
-from ..hooks import ConnectionInfo
-from ..runtime import gc_policy
-from ..runtime.limits import refuse
-from ..runtime.metrics import Metrics
-from .session import ByteBudget, HttpSession
+from ...config import Settings
+from ...hooks import ConnectionInfo
+from ...runtime import gc_policy
+from ...runtime.limits import refuse
+from ...runtime.metrics import Metrics
+from ..address_limit import ConnectionsPerAddress
+from .http_session import ByteBudget, HttpSession
 
 log = logging.getLogger(__name__)
 
 _MAX_LOGGED = 256  # addresses logged for a refusal, bounded like the origin log
+
+# Runs the connection logic on one session until it ends (the server's ``MuxConnection``).
+ServeSession = Callable[[HttpSession, ConnectionInfo | None], Awaitable[None]]
 
 
 class SessionRefused(Exception):
@@ -58,7 +60,7 @@ class HttpSessions:
         self._tasks: set[asyncio.Task[None]] = set()
         self._logged: set[tuple[str, str]] = set()
         self._full_logged: dict[str, set[str]] = {}
-        self._ctx: ServerContext | None = None
+        self._serve: ServeSession | None = None
         r = metrics.registry
         self.open_gauge = Gauge("tether_http_sessions", "Open HTTP fallback sessions", registry=r)
         self.replay_gauge = Gauge(
@@ -80,8 +82,8 @@ class HttpSessions:
         )
 
     @contextlib.asynccontextmanager
-    async def running(self, ctx: ServerContext) -> AsyncIterator[HttpSessions]:
-        self._ctx = ctx
+    async def running(self, serve: ServeSession) -> AsyncIterator[HttpSessions]:
+        self._serve = serve
         sweeper = asyncio.ensure_future(self._sweep())
         try:
             yield self
@@ -121,17 +123,17 @@ class HttpSessions:
         self._sessions[session.id] = session
         gc_policy.started()
         self.open_gauge.set(len(self._sessions))
-        assert self._ctx is not None, "sessions are created only while the server runs"
-        task = asyncio.ensure_future(self._run(session, self._ctx, connection))
+        assert self._serve is not None, "sessions are created only while the server runs"
+        task = asyncio.ensure_future(self._run(session, self._serve, connection))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return session
 
     async def _run(
-        self, session: HttpSession, ctx: ServerContext, connection: ConnectionInfo | None
+        self, session: HttpSession, serve: ServeSession, connection: ConnectionInfo | None
     ) -> None:
         try:
-            await MuxConnection(session, ctx, connection, endpoint="http").run()
+            await serve(session, connection)
         finally:
             session.finished.set()
             if connection is not None and self._on_end is not None:

@@ -1,6 +1,6 @@
 """The HTTP fallback's wire shape: the same binary ``/ws`` frames, framed for plain HTTP.
 
-Pure (no sockets): the server (``collab.fallback.endpoints``) and the clients encode and parse
+Pure (no sockets): the server (``collab.transport.http_stream``) and the clients encode and parse
 with these functions. Up, a POST body is a *batch*: frames one after another, each a lib0
 ``varUint8Array`` (length, then bytes). Down, a ``text/event-stream`` carries one frame per
 event, base64 in ``data:``, its sequence number in ``id:`` (what a client resumes from with
@@ -22,7 +22,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import DecodeError
+from ..protocol_errors import DecodeError
 from .lib0 import Decoder, write_var_uint8_array
 
 SESSION_HEADER = "Tether-Session"  # the session id: a header, never the URL (logs keep URLs)

@@ -1,7 +1,7 @@
 """The HTTP fallback's endpoints, for editors whose proxies refuse or kill WebSockets.
 
-Carries the same binary frames as ``/ws`` (``protocol.http_wire`` says how) to the same
-connection logic (``collab.fallback.sessions`` runs a ``MuxConnection`` per session), so auth,
+Carries the same binary frames as ``/ws`` (``protocol.wire.http_wire`` says how) to the same
+connection logic (``sessions`` runs a ``MuxConnection`` per session), so auth,
 several documents, presence, acks, limits and AI suggestions work unchanged:
 
     POST   /http/session   Authorization: Bearer <token>   → 201 {"session": id, ...}
@@ -25,8 +25,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tether.protocol.errors import DecodeError, FrameTooLarge
-from tether.protocol.http_wire import (
+from tether.protocol.protocol_errors import DecodeError, FrameTooLarge
+from tether.protocol.wire.http_wire import (
     ACK_HEADER,
     BATCH_TYPE,
     HEARTBEAT,
@@ -39,16 +39,14 @@ from tether.protocol.http_wire import (
     encode_event,
 )
 
-from ..auth.tokens import AuthError, Grant
-from ..config import Settings
-from ..connection.close_codes import POLICY_VIOLATION
-from ..connection.context import ServerContext
-from ..hooks import ConnectionInfo
-from ..http.numbers import parse_counter
-from ..runtime.metrics import Metrics, label_value
+from ...auth.tokens import AuthError, Grant
+from ...config import Settings
+from ...hooks import ConnectionInfo
+from ...http.numbers import parse_counter
+from ...runtime.metrics import Metrics, label_value
+from .http_session import HttpSession
 from .replay_buffer import ResumeGap
-from .session import HttpSession
-from .sessions import HttpSessions, SessionRefused
+from .sessions import HttpSessions, ServeSession, SessionRefused
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +54,8 @@ log = logging.getLogger(__name__)
 _FRAMES_PER_SLICE = 256
 # A batch's varUint lengths around frames: a body may exceed max_frame_bytes by this much.
 _BATCH_OVERHEAD = 64 * 1024
+# The close code /ws would send (``collab.connection.close_codes``), for a resume that cannot be.
+_POLICY_VIOLATION = 1008
 _STREAM_HEADERS = {
     # Buffering proxies (nginx honours X-Accel-Buffering) and caches must pass it through as
     # it comes, untransformed (no compression: a compressor waits for a block to fill).
@@ -90,8 +90,9 @@ class HttpTransport:
         self._disconnect = disconnect
         self.sessions = HttpSessions(settings, metrics, on_end=disconnect)
 
-    def running(self, ctx: ServerContext) -> contextlib.AbstractAsyncContextManager[Any]:
-        return self.sessions.running(ctx)
+    def running(self, serve: ServeSession) -> contextlib.AbstractAsyncContextManager[Any]:
+        """Sessions are taken while this runs; ``serve`` runs the connection logic on each."""
+        return self.sessions.running(serve)
 
     def routes(self) -> list[Route]:
         return [
@@ -205,7 +206,7 @@ class HttpTransport:
                 try:
                     pending = session.replay.after(sent)
                 except ResumeGap:
-                    yield encode_close(POLICY_VIOLATION, "cannot resume: those frames are gone")
+                    yield encode_close(_POLICY_VIOLATION, "cannot resume: those frames are gone")
                     session.end()
                     return
                 if pending:
