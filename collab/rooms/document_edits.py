@@ -26,12 +26,13 @@ from ..content.tree import Node, Run, inline_runs, read_fragment
 from ..content.tree_write import insert_blocks, replace_fragment
 from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
+from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
-from ..updates.slicing import load_slices, slice_update, wants_slices
+from ..updates.slicing import broadcast_pieces, load_slices, slice_update, wants_slices
 from .direct import TEXT_NAME
 from .import_budget import Charge, budget_of, estimate, estimate_tree
-from .room import InvalidUpdate, Room, apply_update, broadcast_pieces
+from .room import Room
 from .settings import RoomSettings
 
 

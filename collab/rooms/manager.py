@@ -24,12 +24,13 @@ from ..runtime import gc_policy, pools
 from ..runtime.gc_hold import full_collections_held
 from ..runtime.metrics import Metrics
 from ..storage.store import Store
+from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
 from ..updates.reading import reads_off_loop
 from ..updates.slicing import load_slices
 from .presence_claims import ClaimRegistry
 from .reload import StoredDocument
-from .room import InvalidUpdate, Room, apply_update
+from .room import Room
 from .settings import RoomSettings
 
 log = logging.getLogger(__name__)
