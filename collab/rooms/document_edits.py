@@ -21,7 +21,7 @@ from tether.protocol.update_scan import MalformedUpdate
 from ..content.html_in import HtmlSource
 from ..content.markdown_in import MarkdownLimits, MarkdownRefused, MarkdownSource
 from ..content.prosemirror_json import ProseMirrorSource, TreeLimits, TreeRefused
-from ..content.reading import Content, read_content
+from ..content.reading import TEXT_NAME, Content, read_content
 from ..content.tree import Node, Run, inline_runs, read_fragment
 from ..content.tree_write import insert_blocks, replace_fragment
 from ..runtime import pools
@@ -30,7 +30,6 @@ from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
 from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from ..updates.slicing import broadcast_pieces, load_slices, slice_update, wants_slices
-from .direct import TEXT_NAME
 from .import_budget import Charge, budget_of, estimate, estimate_tree
 from .room import Room
 from .settings import RoomSettings
