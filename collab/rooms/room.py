@@ -3,9 +3,9 @@
 Knows nothing of sockets or frames' envelopes (peers add their own headers) and nothing of
 which storage backend it writes to. The sync path here is: decode once (done by the caller),
 apply once, encode the outgoing body once, put it on every other peer's queue without awaiting,
-then acknowledge after the store says the update is durable. The writes, acks and folds are
-``collab.rooms.durability``'s; the rebuild from storage after a failed update is
-``collab.rooms.reload``'s.
+then acknowledge after the store says the update is durable. Peers' updates (their acks,
+refusals, slices) are ``collab.rooms.peer_updates``'s, the sends ``collab.rooms.fanout``'s, the
+writes and folds ``collab.rooms.durability``'s, the rebuild from storage ``collab.rooms.reload``'s.
 """
 
 from __future__ import annotations
