@@ -35,8 +35,8 @@ from typing import Any
 from ..auth.tokens import OPEN_GRANT
 from ..hooks import Hooks
 from ..rooms.manager import DocumentQuarantined, RoomManager
-from ..rooms.peer import Peer
 from ..rooms.room import InvalidUpdate
+from ..rooms.room_peer import Peer
 from ..rooms.settings import RoomSettings
 from ..runtime.metrics import Metrics
 from ..storage.store import MemoryStore, Store

@@ -48,8 +48,8 @@ from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
 from ..rooms.initial_sync import InitialSync
 from ..rooms.manager import DocumentQuarantined
-from ..rooms.peer import Peer
 from ..rooms.room import Room
+from ..rooms.room_peer import Peer
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
 from ..runtime.metrics import label_value

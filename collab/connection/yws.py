@@ -24,8 +24,8 @@ from tether.protocol.yws import (
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
 from ..rooms.initial_sync import InitialSync
-from ..rooms.peer import Peer
 from ..rooms.room import Room
+from ..rooms.room_peer import Peer
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
 from ..transport.outbox import Outbox

@@ -22,7 +22,7 @@ from ..runtime.metrics import Metrics
 from ..storage.compaction import CompactionPolicy, LogSize
 from ..storage.store import StorageError, Store
 from ..updates.pending import still_pending
-from .peer import Peer
+from .room_peer import Peer
 
 log = logging.getLogger(__name__)
 

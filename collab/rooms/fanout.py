@@ -9,7 +9,7 @@ from tether.protocol.sync import SyncUpdate
 from tether.protocol.update_split import split_update
 
 from ..runtime.metrics import Metrics
-from .peer import Peer
+from .room_peer import Peer
 
 
 class FanOut:

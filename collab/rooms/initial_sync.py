@@ -40,7 +40,7 @@ from ..transport.outbox import Outbox
 
 
 class SyncPeer(Protocol):
-    """What a chunked sync sends through: the peer it is for (``collab.rooms.peer.Peer``)."""
+    """What a chunked sync sends through: the peer it is for (``collab.rooms.room_peer.Peer``)."""
 
     @property
     def sync_header(self) -> bytes: ...

@@ -33,8 +33,8 @@ from ..updates.reading import ReadUpdate, read_update
 from ..updates.sliced_apply import SliceTarget, apply_sliced
 from ..updates.slicing import SlicedUpdate, broadcast_pieces, slice_update, wants_slices
 from .durability import AckQueue
-from .peer import Peer
 from .reload import Reload
+from .room_peer import Peer
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ from tether.protocol.sync import OVERSIZE_STATE, AwarenessEntry, decode_awarenes
 from ..runtime.limits import refuse
 from ..runtime.metrics import Metrics
 from ..transport.outbox import Outbox
-from .peer import Peer
 from .presence_claims import ClaimRegistry, digest
+from .room_peer import Peer
 
 _ALLOWED, _ECHO, _REFUSED = object(), object(), object()
 

@@ -24,7 +24,7 @@ from ..storage.compaction import LogSize
 from ..storage.store import StorageError, Store
 from ..updates.guard import UpdateGuard
 from .durability import Durability
-from .peer import Peer
+from .room_peer import Peer
 
 log = logging.getLogger(__name__)
 
