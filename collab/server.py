@@ -40,7 +40,7 @@ from .rooms.direct import DirectConnection
 from .rooms.manager import RoomManager
 from .rooms.presence_claims import ClaimRegistry
 from .rooms.renders import Renders
-from .rooms.settings import RoomSettings
+from .rooms.room_settings import RoomSettings
 from .runtime.host_logging import install as bridge_logs_to_host
 from .runtime.limits import AiQuotaLog
 from .runtime.log_redaction import install as redact_tokens_in_logs

@@ -37,7 +37,7 @@ from ..hooks import Hooks
 from ..rooms.manager import DocumentQuarantined, RoomManager
 from ..rooms.room import InvalidUpdate
 from ..rooms.room_peer import Peer
-from ..rooms.settings import RoomSettings
+from ..rooms.room_settings import RoomSettings
 from ..runtime.metrics import Metrics
 from ..storage.store import MemoryStore, Store
 from ..transport.outbox import Outbox

@@ -32,7 +32,7 @@ from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from ..updates.slicing import broadcast_pieces, load_slices, slice_update, wants_slices
 from .import_budget import Charge, budget_of, estimate, estimate_tree
 from .room import Room
-from .settings import RoomSettings
+from .room_settings import RoomSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from ..updates.slicing import load_slices
 from .presence_claims import ClaimRegistry
 from .reload import StoredDocument
 from .room import Room
-from .settings import RoomSettings
+from .room_settings import RoomSettings
 
 log = logging.getLogger(__name__)
 

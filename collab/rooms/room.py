@@ -47,7 +47,7 @@ from .presence_check import safe_presence
 from .presence_claims import ClaimRegistry
 from .reload import ReadStored, Reload, StoredDocument
 from .room_peer import Peer
-from .settings import RoomSettings
+from .room_settings import RoomSettings
 
 log = logging.getLogger(__name__)
 
