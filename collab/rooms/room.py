@@ -42,11 +42,11 @@ from ..updates.slicing import SlicedUpdate
 from .durability import AckQueue, Durability
 from .fanout import FanOut
 from .peer_updates import PeerUpdates
-from .presence import Presence
 from .presence_check import safe_presence
 from .presence_claims import ClaimRegistry
 from .reload import ReadStored, Reload, StoredDocument
 from .room_peer import Peer
+from .room_presence import Presence
 from .room_settings import RoomSettings
 
 log = logging.getLogger(__name__)
