@@ -41,7 +41,7 @@ from ..rooms.room_settings import RoomSettings
 from ..runtime.metrics import Metrics
 from ..storage.store import MemoryStore, Store
 from ..transport.outbox import Outbox
-from ..updates.reading import reads_off_loop
+from ..updates.update_reads import reads_off_loop
 from .shape_updates import SHAPES
 
 _DOC = "shape"

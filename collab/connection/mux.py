@@ -55,7 +55,7 @@ from ..runtime.loop_watch import done, note
 from ..runtime.metrics import label_value
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
-from ..updates.reading import reads_off_loop
+from ..updates.update_reads import reads_off_loop
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate

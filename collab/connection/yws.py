@@ -30,7 +30,7 @@ from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
-from ..updates.reading import reads_off_loop
+from ..updates.update_reads import reads_off_loop
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .context import ServerContext, Transport, valid_document_name
 from .grants import authenticate

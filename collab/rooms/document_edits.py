@@ -28,8 +28,8 @@ from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
 from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
-from ..updates.reading import ReadUpdate, read_update, reads_off_loop
 from ..updates.slicing import broadcast_pieces, load_slices, slice_update, wants_slices
+from ..updates.update_reads import ReadUpdate, read_update, reads_off_loop
 from .import_budget import Charge, budget_of, estimate, estimate_tree
 from .room import Room
 from .room_settings import RoomSettings

@@ -26,8 +26,8 @@ from ..runtime.metrics import Metrics
 from ..storage.store import Store
 from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
-from ..updates.reading import reads_off_loop
 from ..updates.slicing import load_slices
+from ..updates.update_reads import reads_off_loop
 from .presence_claims import ClaimRegistry
 from .reload import StoredDocument
 from .room import Room

@@ -29,9 +29,9 @@ from ..updates.guard import (
     check_applied_origin_order,
     check_origin_order,
 )
-from ..updates.reading import ReadUpdate, read_update
 from ..updates.sliced_apply import SliceTarget, apply_sliced
 from ..updates.slicing import SlicedUpdate, broadcast_pieces, slice_update, wants_slices
+from ..updates.update_reads import ReadUpdate, read_update
 from .durability import AckQueue
 from .reload import Reload
 from .room_peer import Peer

@@ -37,8 +37,8 @@ from ..storage.compaction import LogSize
 from ..storage.store import Store
 from ..updates.applying import InvalidUpdate, apply_update  # InvalidUpdate: also still from here
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
-from ..updates.reading import ReadUpdate
 from ..updates.slicing import SlicedUpdate
+from ..updates.update_reads import ReadUpdate
 from .durability import AckQueue, Durability
 from .fanout import FanOut
 from .peer_updates import PeerUpdates

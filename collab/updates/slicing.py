@@ -25,7 +25,7 @@ from tether.protocol.update_order import in_slices
 from tether.protocol.update_scan import ScannedUpdate, scan_update
 from tether.protocol.update_split import split_update
 
-from .reading import ReadUpdate
+from .update_reads import ReadUpdate
 
 # A slice's work on the loop: about 8 ms of guard and yrs for structs (measured 33 ms at 4,096,
 # doubled or more while another thread runs Python, e.g. an import's parse), 5 ms for bytes.
