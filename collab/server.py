@@ -32,7 +32,7 @@ from .hooks import AuthRequest, Hooks
 from .http.documents import DocumentsApi
 from .http.pages import Pages
 from .http.request_auth import RequestAuth
-from .http.status import StatusEndpoints
+from .http.status_endpoints import StatusEndpoints
 from .http.suggest import SuggestEndpoint
 from .http.web_extras import FAVICON_PATH, favicon, openapi
 from .http.webhooks import WebhookExtension
