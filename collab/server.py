@@ -45,8 +45,8 @@ from .runtime.host_logging import install as bridge_logs_to_host
 from .runtime.limits import AiQuotaLog
 from .runtime.log_redaction import install as redact_tokens_in_logs
 from .runtime.loop_watch import LoopWatch, done, note
-from .runtime.metrics import Metrics
 from .runtime.pools import Pools, PoolSizes, installed
+from .runtime.sync_metrics import Metrics
 from .storage.store import StorageError, Store
 from .transport.asgi_socket import AsgiWebSocket
 from .transport.send_budget import SendBudget

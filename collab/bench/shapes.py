@@ -38,7 +38,7 @@ from ..rooms.manager import DocumentQuarantined, RoomManager
 from ..rooms.room import InvalidUpdate
 from ..rooms.room_peer import Peer
 from ..rooms.room_settings import RoomSettings
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.store import MemoryStore, Store
 from ..transport.outbox import Outbox
 from ..updates.update_reads import reads_off_loop

@@ -63,7 +63,7 @@ from typing import Any
 from ..config import Settings
 from ..rooms.manager import RoomManager
 from ..rooms.room import Room
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.sequenced import Committed
 from ..storage.store import StorageError
 from .bus import RedisBus

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config import Settings
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.postgres import PostgresStore, pgbouncer_dsn
 from ..storage.sqlite import SQLiteStore
 from ..storage.store import Store

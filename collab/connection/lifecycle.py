@@ -17,7 +17,7 @@ from typing import Any
 from tether.protocol.errors import ProtocolError
 
 from ..rooms.room import InvalidUpdate
-from ..runtime.metrics import Metrics, label_value
+from ..runtime.sync_metrics import Metrics, label_value
 from ..transport.outbox import Outbox, SlowConsumer
 from .close_codes import close_for
 from .context import Transport

@@ -52,7 +52,7 @@ from ..rooms.room import Room
 from ..rooms.room_peer import Peer
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
-from ..runtime.metrics import label_value
+from ..runtime.sync_metrics import label_value
 from ..transport.outbox import Outbox
 from ..transport.timer_wheel import ConnectionTimer
 from ..updates.update_reads import reads_off_loop

@@ -45,7 +45,7 @@ from ..connection.close_codes import POLICY_VIOLATION
 from ..connection.context import ServerContext
 from ..hooks import ConnectionInfo
 from ..http.numbers import parse_counter
-from ..runtime.metrics import Metrics, label_value
+from ..runtime.sync_metrics import Metrics, label_value
 from .replay_buffer import ResumeGap
 from .session import HttpSession
 from .sessions import HttpSessions, SessionRefused

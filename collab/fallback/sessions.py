@@ -25,7 +25,7 @@ from ..connection.mux import MuxConnection
 from ..hooks import ConnectionInfo
 from ..runtime import gc_policy
 from ..runtime.limits import refuse
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from .session import ByteBudget, HttpSession
 
 log = logging.getLogger(__name__)

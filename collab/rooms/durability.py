@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from pycrdt import Doc
 
 from ..hooks import Hooks
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.compaction import CompactionPolicy, LogSize
 from ..storage.store import StorageError, Store
 from ..updates.pending import still_pending

@@ -8,7 +8,7 @@ from __future__ import annotations
 from tether.protocol.sync import SyncUpdate
 from tether.protocol.update_split import split_update
 
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from .room_peer import Peer
 
 

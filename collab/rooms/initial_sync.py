@@ -35,7 +35,7 @@ from tether.protocol.sync import SyncStep2, SyncUpdate
 from tether.protocol.update_split import split_update
 
 from ..runtime import pools
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..transport.outbox import Outbox
 
 

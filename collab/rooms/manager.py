@@ -22,7 +22,7 @@ from tether.protocol.update_scan import MalformedUpdate
 from ..hooks import Hooks
 from ..runtime import gc_policy, pools
 from ..runtime.gc_hold import full_collections_held
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.store import Store
 from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused

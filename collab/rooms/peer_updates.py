@@ -21,7 +21,7 @@ from tether.protocol.update_scan import MalformedUpdate
 
 from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import (
     MissingDependencies,

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from pycrdt import Doc
 
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.compaction import LogSize
 from ..storage.store import StorageError, Store
 from ..updates.guard import UpdateGuard

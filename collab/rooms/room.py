@@ -32,7 +32,7 @@ from tether.protocol.update_scan import MalformedUpdate, scan_update
 
 from ..hooks import Hooks
 from ..runtime.limits import refuse
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.compaction import LogSize
 from ..storage.store import Store
 from ..updates.applying import InvalidUpdate, apply_update  # InvalidUpdate: also still from here

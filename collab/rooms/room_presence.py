@@ -36,7 +36,7 @@ from tether.protocol.lib0 import MAX_SAFE_INTEGER, write_var_uint8_array
 from tether.protocol.sync import OVERSIZE_STATE, AwarenessEntry, decode_awareness, encode_awareness
 
 from ..runtime.limits import refuse
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..transport.outbox import Outbox
 from .presence_claims import ClaimRegistry, digest
 from .room_peer import Peer

@@ -10,7 +10,7 @@ from tether.collab.auth.tokens import Authenticator, AuthError, make_token
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.room import Room
 from tether.collab.rooms.room_peer import Peer
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.runtime.sync_metrics import Metrics
 from tether.collab.storage.store import MemoryStore
 from tether.protocol.client_session import AuthRefused, ClientSession
 from tether.protocol.messages import Awareness, QueryAwareness, Sync
