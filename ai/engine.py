@@ -39,8 +39,8 @@ from .suggest.serving import RequestServer
 from .text.context import ContextBuilder, bounded_count, most_tokens
 
 if TYPE_CHECKING:
-    from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
+    from tether.collab.rooms.room_peer import Peer
 
     from .cache.embedder import Embedder
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tether.protocol.wire.ai_messages import AiStatus
 
 if TYPE_CHECKING:
-    from tether.collab.rooms.peer import Peer
+    from tether.collab.rooms.room_peer import Peer
 
 log = logging.getLogger(__name__)
 

@@ -35,13 +35,13 @@ from typing import Any
 from tether.collab.auth.tokens import OPEN_GRANT
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.manager import DocumentQuarantined, RoomManager
-from tether.collab.rooms.peer import Peer
 from tether.collab.rooms.room import InvalidUpdate
-from tether.collab.rooms.settings import RoomSettings
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.rooms.room_peer import Peer
+from tether.collab.rooms.room_settings import RoomSettings
+from tether.collab.runtime.sync_metrics import Metrics
 from tether.collab.storage.store import MemoryStore, Store
 from tether.collab.transport.outbox import Outbox
-from tether.collab.updates.reading import reads_off_loop
+from tether.collab.updates.update_reads import reads_off_loop
 
 from .shape_updates import SHAPES
 

@@ -189,7 +189,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .runtime.log_redaction import install as redact_tokens_in_logs
 
     redact_tokens_in_logs()
-    from .runtime.serving import AnnouncingServer
+    from .runtime.uvicorn_server import AnnouncingServer
 
     server = AnnouncingServer(
         config, Path(settings.data_dir).resolve(), gc_freeze=settings.gc_policy == "freeze"

@@ -461,7 +461,7 @@ class _ServerFields:
         4 * 1024 * 1024, "SIZE", "presence of all editors of one document", positive=True
     )
     # An awareness client id stays bound to the token subject that showed it, this long after
-    # its connection left: another subject cannot claim it meanwhile (see collab.rooms.presence).
+    # its connection left: another subject cannot claim it meanwhile (see collab.rooms.room_presence).
     presence_claim_ttl: float = PRESENCE.setting(
         3600.0,
         "SECONDS",

@@ -32,7 +32,7 @@ from .hooks import AuthRequest, Hooks
 from .http.documents import DocumentsApi
 from .http.pages import Pages
 from .http.request_auth import RequestAuth
-from .http.status import StatusEndpoints
+from .http.status_endpoints import StatusEndpoints
 from .http.suggest import SuggestEndpoint
 from .http.web_extras import FAVICON_PATH, favicon, openapi
 from .http.webhooks import WebhookExtension
@@ -40,13 +40,13 @@ from .rooms.direct import DirectConnection
 from .rooms.manager import RoomManager
 from .rooms.presence_claims import ClaimRegistry
 from .rooms.renders import Renders
-from .rooms.settings import RoomSettings
+from .rooms.room_settings import RoomSettings
 from .runtime.host_logging import install as bridge_logs_to_host
 from .runtime.limits import AiQuotaLog
 from .runtime.log_redaction import install as redact_tokens_in_logs
 from .runtime.loop_watch import LoopWatch, done, note
-from .runtime.metrics import Metrics
 from .runtime.pools import Pools, PoolSizes, installed
+from .runtime.sync_metrics import Metrics
 from .storage.store import StorageError, Store
 from .transport.asgi_socket import AsgiWebSocket
 from .transport.http_stream.endpoints import HttpTransport

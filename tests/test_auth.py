@@ -262,7 +262,7 @@ async def test_an_editor_cannot_overwrite_or_remove_another_editors_presence(
     server: ServerProcess,
 ):
     """Another editor is another token subject (the same subject may take over:
-    collab.rooms.presence)."""
+    collab.rooms.room_presence)."""
     name = unique("spoof")
     token = server.token([name])
     with anyio.fail_after(15):

@@ -59,7 +59,7 @@ async def test_label_values_have_no_spaces(server: ServerProcess) -> None:
 
 
 def test_label_value_turns_reasons_into_words_joined_by_underscores() -> None:
-    from tether.collab.runtime.metrics import label_value
+    from tether.collab.runtime.sync_metrics import label_value
 
     assert label_value("document not allowed by token") == "document_not_allowed_by_token"
     assert (

@@ -22,8 +22,8 @@ from .flights import losses_of
 from .records import TEXT_NAME
 
 if TYPE_CHECKING:
-    from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
+    from tether.collab.rooms.room_peer import Peer
 
     from .flights import Flights
 

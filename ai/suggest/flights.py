@@ -40,8 +40,8 @@ from .records import MODEL, Flight, RoomState, Suggestion
 from .scheduler import Scheduler
 
 if TYPE_CHECKING:
-    from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
+    from tether.collab.rooms.room_peer import Peer
 
     from ..cache.embedder import Embedder
     from ..settings import AiSettings

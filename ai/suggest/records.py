@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any
 from ..model.providers.base import Cancellation
 
 if TYPE_CHECKING:
-    from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
+    from tether.collab.rooms.room_peer import Peer
     from tether.protocol.wire.ai_messages import Suggest
 
     from ..cache.suggestions import CacheQuery

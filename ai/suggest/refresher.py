@@ -24,8 +24,8 @@ from .records import RoomState
 from .scheduler import PREFETCH
 
 if TYPE_CHECKING:
-    from tether.collab.rooms.peer import Peer
     from tether.collab.rooms.room import Room
+    from tether.collab.rooms.room_peer import Peer
 
     from .flights import Flights
 

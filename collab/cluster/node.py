@@ -39,7 +39,7 @@ their public methods and storage only through what storage declares:
 
 - rooms: the ``Cluster`` hooks ``on_load`` (subscribe, backfill), ``on_unload`` and
   ``before_read`` (catch up before a REST read or a version); the ``PresenceRelay``
-  (``collab.cluster.presence``) hooks ``on_presence`` and ``remote_presence``. Registered from
+  (``collab.cluster.node_presence``) hooks ``on_presence`` and ``remote_presence``. Registered from
   ``Cluster.extensions()``: none on one node. Another node's delete reaches the other
   extensions (the AI engine's cache) as ``on_deleted`` through ``RoomManager.discard``.
 - storage: the store's ``SequencedStore`` face (``collab.storage.sequenced``), whose one
@@ -64,13 +64,13 @@ from typing import Any
 from ..config import Settings
 from ..rooms.manager import RoomManager
 from ..rooms.room import Room
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.registry import StoreOptions, open_store
 from ..storage.sequenced import Committed
 from ..storage.store import StorageError, Store
 from .bus import RedisBus
 from .ledger import Ledger
-from .presence import PresenceRelay
+from .node_presence import PresenceRelay
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from starlette.types import Scope
 
 from ..config import Settings
 from ..hooks import ConnectionInfo, Hooks
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..transport.address_limit import ConnectionsPerAddress
 from ..transport.asgi_socket import AsgiWebSocket
 from .origins import OriginPolicy, normalise_origin

@@ -18,8 +18,8 @@ from tether.protocol.wire.ai_messages import (
 )
 
 if TYPE_CHECKING:
-    from ..rooms.peer import Peer
     from ..rooms.room import Room
+    from ..rooms.room_peer import Peer
 
 REASON = "AI is off on this server"
 

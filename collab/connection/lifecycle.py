@@ -19,7 +19,7 @@ from tether.protocol.protocol_errors import ProtocolError
 
 from ..rooms.initial_sync import InitialSync
 from ..rooms.room import InvalidUpdate
-from ..runtime.metrics import Metrics, label_value
+from ..runtime.sync_metrics import Metrics, label_value
 from ..transport.outbox import Outbox, SlowConsumer
 from .close_codes import close_for
 from .server_context import ServerContext, Transport

@@ -48,13 +48,13 @@ from tether.protocol.wire.sync_payloads import SyncStep1
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
 from ..rooms.manager import DocumentQuarantined
-from ..rooms.peer import Peer
 from ..rooms.room import Room
+from ..rooms.room_peer import Peer
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
-from ..runtime.metrics import label_value
+from ..runtime.sync_metrics import label_value
 from ..transport.timer_wheel import ConnectionTimer
-from ..updates.reading import reads_off_loop
+from ..updates.update_reads import reads_off_loop
 from .close_codes import AUTH_TIMEOUT, IDLE_TIMEOUT, INTERNAL_ERROR
 from .grants import authenticate
 from .lifecycle import (

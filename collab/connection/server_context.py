@@ -12,7 +12,7 @@ from ..auth.tokens import Authenticator
 from ..config import Settings
 from ..hooks import Hooks
 from ..rooms.manager import RoomManager
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.store import Store
 from ..transport.send_budget import SendBudget
 

@@ -14,7 +14,7 @@ from starlette.types import Receive, Scope, Send
 
 from ..auth.tokens import AuthError
 from ..hooks import ConnectionInfo, Hooks
-from ..runtime.metrics import Metrics, label_value
+from ..runtime.sync_metrics import Metrics, label_value
 from ..transport.asgi_socket import AsgiWebSocket
 from .admission import Admission, connection_info, route_path
 from .mux import MuxConnection

@@ -23,12 +23,12 @@ from tether.protocol.wire.yws_frames import (
 
 from ..auth.tokens import AuthError, Grant
 from ..hooks import ConnectionInfo
-from ..rooms.peer import Peer
 from ..rooms.room import Room
+from ..rooms.room_peer import Peer
 from ..runtime.limits import refuse
 from ..runtime.loop_watch import done, note
 from ..transport.timer_wheel import ConnectionTimer
-from ..updates.reading import reads_off_loop
+from ..updates.update_reads import reads_off_loop
 from .close_codes import DOCUMENT_DELETED, TOKEN_EXPIRED
 from .grants import authenticate
 from .lifecycle import (

@@ -14,7 +14,7 @@ from ..connection.admission import connection_info, route_path
 from ..connection.grants import authenticate
 from ..connection.server_context import ServerContext
 from ..hooks import ConnectionInfo, Hooks
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 
 
 class RequestAuth:

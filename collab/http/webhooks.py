@@ -31,7 +31,7 @@ import httpx
 from ..config import Settings
 from ..content.reading import RICH_NAME
 from ..rooms.renders import Renders
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -21,18 +21,18 @@ from tether.protocol.updates.update_scan import MalformedUpdate
 from ..content.html_in import HtmlSource
 from ..content.markdown_in import MarkdownLimits, MarkdownRefused, MarkdownSource
 from ..content.prosemirror_json import ProseMirrorSource, TreeLimits, TreeRefused
-from ..content.reading import Content, read_content
+from ..content.reading import TEXT_NAME, Content, read_content
 from ..content.tree import Node, Run, inline_runs, read_fragment
 from ..content.tree_write import insert_blocks, replace_fragment
 from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
+from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import UpdateRefused, check_applied_origin_order, check_origin_order
-from ..updates.reading import ReadUpdate, read_update, reads_off_loop
-from ..updates.slicing import load_slices, slice_update, wants_slices
-from .direct import TEXT_NAME
+from ..updates.slicing import broadcast_pieces, load_slices, slice_update, wants_slices
+from ..updates.update_reads import ReadUpdate, read_update, reads_off_loop
 from .import_budget import Charge, budget_of, estimate, estimate_tree
-from .room import InvalidUpdate, Room, apply_update, broadcast_pieces
-from .settings import RoomSettings
+from .room import Room
+from .room_settings import RoomSettings
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@
 An update is acknowledged (SyncStatus 1) only once the store says it is durable, and a peer's
 acks go out in the order its updates arrived. The log is folded into a snapshot when the
 compaction policy says so, never while the document is being rebuilt, and never past an update
-yrs still holds as pending (DESIGN.md, Durability). What it asks of its room: its name, its
-document, whether it is closing, deleted or being rebuilt, and a rebuild after a lost write.
+yrs still holds as pending (DESIGN.md, Durability). What it asks of its room (``DurableRoom``):
+its name, its document, whether it is closing, deleted or being rebuilt, and a rebuild after a
+lost write.
 """
 
 from __future__ import annotations
@@ -12,23 +13,45 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+from pycrdt import Doc
 
 from ..hooks import Hooks
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.compaction import CompactionPolicy, LogSize
 from ..storage.store import StorageError, Store
 from ..updates.pending import still_pending
-from .peer import Peer
-
-if TYPE_CHECKING:
-    from .room import Room
+from .room_peer import Peer
 
 log = logging.getLogger(__name__)
 
 # Acks held back during a chunked initial sync, at most (beyond, they flow: bounded memory
 # matters more than a ``synced`` event that comes early).
 _HELD_ACKS = 1024
+
+
+class DurableRoom(Protocol):
+    """What a room's path to disk asks of the room (which the store hooks are handed too)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def doc(self) -> Doc: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def deleted(self) -> bool: ...
+
+    @property
+    def reloading(self) -> bool: ...
+
+    async def reloaded(self) -> None: ...
+
+    def rebuild(self, *, lost_write: bool = False) -> None: ...
 
 
 class AckQueue:
@@ -77,7 +100,7 @@ class Durability:
 
     def __init__(
         self,
-        room: Room,
+        room: DurableRoom,
         store: Store,
         hooks: Hooks,
         metrics: Metrics,

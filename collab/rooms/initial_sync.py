@@ -18,26 +18,54 @@ Answers that fit in one piece never wait here: they go out at once, as before. A
 connections: a running sync holds its diff's size of the server's send budget
 (``collab.transport.send_budget``); when that is full it drops its diff and waits, holding only
 its state vector, and computes the diff again when its turn comes. Syncs of the whole document
-(an empty state vector: every new editor) share one encoded state (``Room.diff_for``).
+(an empty state vector: every new editor) share one encoded state (``Room.diff_for``). What it
+asks of a peer and of its room is ``SyncPeer`` and ``SyncRoom``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Iterator
+from typing import Any, Protocol, TypeVar
+
+from pycrdt import Doc
 
 from tether.protocol.updates.update_split import split_update
 from tether.protocol.wire.lib0 import Decoder, write_var_uint
 from tether.protocol.wire.sync_payloads import SyncStep2, SyncUpdate
 
 from ..runtime import pools
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..transport.outbox import Outbox
 
-if TYPE_CHECKING:
-    from .peer import Peer
-    from .room import Room
+
+class SyncPeer(Protocol):
+    """What a chunked sync sends through: the peer it is for (``collab.rooms.room_peer.Peer``)."""
+
+    @property
+    def sync_header(self) -> bytes: ...
+
+    def send(self, frame: bytes) -> None: ...
+
+
+_P = TypeVar("_P", bound=SyncPeer)
+
+
+class SyncRoom(Protocol[_P]):
+    """What a chunked sync reads of the room whose document it sends."""
+
+    @property
+    def doc(self) -> Doc: ...
+
+    @property
+    def peers(self) -> Collection[_P]: ...
+
+    def diff_for(self, state_vector: bytes) -> bytes:
+        """What ``state_vector`` lacks of the document."""
+        ...
+
+    def initial_sync_done(self, peer: _P) -> None:
+        """The chunked sync of ``peer`` ended (sent, or dropped)."""
 
 
 class InitialSync:
@@ -47,17 +75,17 @@ class InitialSync:
         self._metrics = metrics
         # A list, not a deque: an empty deque costs ~740 bytes on every idle connection, and
         # this holds at most one entry per channel.
-        self._waiting: list[tuple[Room, Peer, bytes]] = []
-        self._active: Peer | None = None
+        self._waiting: list[tuple[SyncRoom[Any], SyncPeer, bytes]] = []
+        self._active: SyncPeer | None = None
         self._task: asyncio.Task[None] | None = None
 
-    def holds(self, peer: Peer) -> bool:
+    def holds(self, peer: SyncPeer) -> bool:
         """A chunked sync for ``peer`` is running or waiting (asked before every ack)."""
         if self._active is peer:
             return True
         return bool(self._waiting) and any(p is peer for _, p, _ in self._waiting)
 
-    def start(self, room: Room, peer: Peer, state_vector: bytes, diff: bytes) -> None:
+    def start(self, room: SyncRoom[Any], peer: SyncPeer, state_vector: bytes, diff: bytes) -> None:
         """Send ``diff`` (what ``state_vector`` lacks of ``room``) in pieces, now or after the
         sync already running; a waiting one recomputes its diff when its turn comes."""
         state_vector = _known_clients_only(state_vector, room)
@@ -75,7 +103,9 @@ class InitialSync:
         if self._task is not None:
             self._task.cancel()
 
-    async def _run(self, room: Room, peer: Peer, state_vector: bytes, diff: bytes | None) -> None:
+    async def _run(
+        self, room: SyncRoom[Any], peer: SyncPeer, state_vector: bytes, diff: bytes | None
+    ) -> None:
         outbox = self._outbox
         while True:
             self._active = peer
@@ -104,7 +134,7 @@ class InitialSync:
             else:
                 return
 
-    async def _send(self, room: Room, peer: Peer, diff: bytes) -> None:
+    async def _send(self, room: SyncRoom[Any], peer: SyncPeer, diff: bytes) -> None:
         try:
             pieces = split_update(diff, self.piece_bytes)
             held = await _cut(pieces)
@@ -130,7 +160,7 @@ async def _cut(pieces: Iterator[bytes]) -> bytes | None:
     return await pools.current().updates.run(next, pieces, None)
 
 
-def _known_clients_only(state_vector: bytes, room: Room) -> bytes:
+def _known_clients_only(state_vector: bytes, room: SyncRoom[Any]) -> bytes:
     """``state_vector`` without the clients ``room`` has never seen: they change no diff, and
     dropping them bounds what a waiting sync holds by the document, not by the peer."""
     known = _decode_state_vector(room.doc.get_state())

@@ -22,15 +22,16 @@ from tether.protocol.updates.update_scan import MalformedUpdate
 from ..hooks import Hooks
 from ..runtime import gc_policy, pools
 from ..runtime.gc_hold import full_collections_held
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.store import Store
+from ..updates.applying import InvalidUpdate, apply_update
 from ..updates.guard import MissingDependencies, UpdateGuard, UpdateRefused
-from ..updates.reading import reads_off_loop
 from ..updates.slicing import load_slices
+from ..updates.update_reads import reads_off_loop
 from .presence_claims import ClaimRegistry
 from .reload import StoredDocument
-from .room import InvalidUpdate, Room, apply_update
-from .settings import RoomSettings
+from .room import Room
+from .room_settings import RoomSettings
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from tether.protocol.wire.presence_safety import sanitize_awareness
 
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 
 
 def safe_presence(payload: bytes, metrics: Metrics | None = None) -> bytes:

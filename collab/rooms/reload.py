@@ -6,27 +6,25 @@ holds exactly what everyone else has. Meanwhile updates are turned away and stat
 unanswered; once it ends, the room asks the peers concerned to resend (``Room.resync``). After a
 lost write every peer is asked, and the rebuild waits for the store however long it takes: the
 old document must not be served on, or what builds on the lost update would be stored without it.
+What it asks of its room is ``ReloadedRoom``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Set
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from pycrdt import Doc
 
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..storage.compaction import LogSize
 from ..storage.store import StorageError, Store
 from ..updates.guard import UpdateGuard
 from .durability import Durability
-from .peer import Peer
-
-if TYPE_CHECKING:
-    from .room import Room
+from .room_peer import Peer
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +45,28 @@ class StoredDocument:
 ReadStored = Callable[[], Awaitable[StoredDocument]]
 
 
+class ReloadedRoom(Protocol):
+    """What a rebuild asks of the room whose document it rebuilds."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def peers(self) -> Set[Peer]: ...
+
+    @property
+    def closing(self) -> bool: ...
+
+    @property
+    def deleted(self) -> bool: ...
+
+    def replace_document(self, stored: StoredDocument) -> None:
+        """The rebuilt document takes the old one's place."""
+
+    def resync(self, resend: Iterable[Peer], asked: dict[Peer, bytes]) -> None:
+        """Ask ``resend`` to resend, and answer the state vectors ``asked`` meanwhile."""
+
+
 class Reload:
     """Whether a room's document is being rebuilt, and who is owed an answer once it is."""
 
@@ -64,7 +84,7 @@ class Reload:
 
     def __init__(
         self,
-        room: Room,
+        room: ReloadedRoom,
         durability: Durability,
         store: Store,
         metrics: Metrics,

@@ -32,7 +32,7 @@ from ..content.reading import Content
 from ..runtime import pools
 from ..runtime.gc_hold import full_collections_held
 from ..runtime.heap import give_back_freed
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from .document_edits import content_of_state
 
 if TYPE_CHECKING:

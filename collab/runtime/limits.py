@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from .metrics import Metrics
+from .sync_metrics import Metrics
 
 log = logging.getLogger("tether.limits")
 _server_log = logging.getLogger("tether")  # where the AI quota line has always been logged

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 
-from .metrics import LoopHistogram
+from .sync_metrics import LoopHistogram
 from .thread_names import name_os_thread
 
 log = logging.getLogger("tether")

@@ -1,14 +1,15 @@
 """A big update cut into slices the event loop can take one at a time, with what it needs of
-the document checked first; pure, run in a worker thread. Knows nothing of rooms or sockets.
+the document checked first, and into pieces the broadcast can send; pure, run in a worker
+thread. Knows nothing of rooms or sockets.
 
 Why: the guard's Python per struct (about 7 µs: its checks, then what ``admit`` records) and
 yrs' apply (about 0.08 µs per byte, holding the GIL, so a thread does not help) are linear, but
 a frame may hold 16 MiB of structs: one update of a million map entries held the loop 4-7 s.
 Cut into slices of about a thousand structs in dependency order (``protocol.updates.update_order``),
 each slice is checked, applied and admitted as an update of its own, and the loop runs other
-rooms between slices (``collab.rooms.room``). What the guard allows one update to cost (its cuts,
-their count, its walks) is shared by its slices (``collab.updates.guard.Spend``): cut finer, an
-update the guard refuses whole would otherwise pass slice by slice.
+rooms between slices (``collab.updates.sliced_apply``). What the guard allows one update to cost
+(its cuts, their count, its walks) is shared by its slices (``collab.updates.guard.Spend``): cut
+finer, an update the guard refuses whole would otherwise pass slice by slice.
 
 Slices change where a failure shows: slice 7 refused after six applied leaves the document
 holding part of the update, as a failed apply does, and the room rebuilds it from storage. So
@@ -22,8 +23,9 @@ from dataclasses import dataclass
 
 from tether.protocol.updates.update_order import in_slices
 from tether.protocol.updates.update_scan import ScannedUpdate, scan_update
+from tether.protocol.updates.update_split import split_update
 
-from .reading import ReadUpdate
+from .update_reads import ReadUpdate
 
 # A slice's work on the loop: about 8 ms of guard and yrs for structs (measured 33 ms at 4,096,
 # doubled or more while another thread runs Python, e.g. an import's parse), 5 ms for bytes.
@@ -68,6 +70,16 @@ def load_slices(update: bytes) -> list[bytes] | None:
     nobody else's: no hold, no checks between them); None to apply it whole."""
     try:
         return in_slices(update, LOAD_STRUCTS, LOAD_BYTES)
+    except Exception:
+        return None
+
+
+def broadcast_pieces(update: bytes, cap: int) -> list[bytes] | None:
+    """``update`` cut into updates of at most ``cap`` bytes for the broadcast (in a worker thread:
+    cutting is Python per struct), or None if it cannot be (then the broadcast cuts it, and
+    fails, as it would have)."""
+    try:
+        return list(split_update(update, cap))
     except Exception:
         return None
 

@@ -8,7 +8,7 @@ from pycrdt import Doc, Text
 
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.manager import RoomManager
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.runtime.sync_metrics import Metrics
 from tether.collab.storage.compaction import CompactionPolicy, LogSize
 from tether.collab.storage.store import MemoryStore
 from tether.protocol.wire.sync_payloads import SyncUpdate

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tether.collab.runtime.loop_watch import LoopWatch, note
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.runtime.sync_metrics import Metrics
 
 pytestmark = pytest.mark.anyio
 

@@ -10,10 +10,10 @@ from pycrdt import Doc, Text
 from tether.collab.auth.tokens import OPEN_GRANT, Grant
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.manager import RoomManager
-from tether.collab.rooms.peer import Peer
 from tether.collab.rooms.room import InvalidUpdate, Room
-from tether.collab.rooms.settings import RoomSettings
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.rooms.room_peer import Peer
+from tether.collab.rooms.room_settings import RoomSettings
+from tether.collab.runtime.sync_metrics import Metrics
 from tether.collab.storage.compaction import CompactionPolicy
 from tether.collab.storage.store import MemoryStore
 from tether.collab.transport.outbox import Outbox, SendBytes

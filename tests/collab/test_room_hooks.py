@@ -13,7 +13,7 @@ from pycrdt import Doc
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.manager import RoomManager
 from tether.collab.rooms.room import Room
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.runtime.sync_metrics import Metrics
 from tether.collab.storage.store import MemoryStore
 from tether.protocol.wire.lib0 import Decoder
 from tether.protocol.wire.messages import Awareness

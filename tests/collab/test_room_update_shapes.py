@@ -14,7 +14,7 @@ from tether.bench.shape_updates import fragmenting_deletes, unmerged_run
 from tether.collab.hooks import Hooks
 from tether.collab.rooms.document_edits import import_update
 from tether.collab.rooms.manager import DocumentQuarantined, RoomManager
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.runtime.sync_metrics import Metrics
 from tether.collab.storage.store import MemoryStore
 from tether.protocol.updates.update_scan import scan_update
 from tether.protocol.wire.sync_payloads import SyncUpdate

@@ -8,9 +8,9 @@ from pycrdt import Text
 from tests.collab.test_room import ListOutbox, room_settings
 from tether.collab.auth.tokens import Authenticator, AuthError, make_token
 from tether.collab.hooks import Hooks
-from tether.collab.rooms.peer import Peer
 from tether.collab.rooms.room import Room
-from tether.collab.runtime.metrics import Metrics
+from tether.collab.rooms.room_peer import Peer
+from tether.collab.runtime.sync_metrics import Metrics
 from tether.collab.storage.store import MemoryStore
 from tether.protocol.sessions.client_session import AuthRefused, ClientSession
 from tether.protocol.sessions.server_session import (

@@ -92,8 +92,8 @@ def refusal_whole(case: Case) -> str | None:
 
 
 def refusal_sliced(case: Case, structs: int, spent: Spend | None) -> str | None:
-    """Each slice checked, applied and admitted as ``Room._apply_each_slice`` does, all sharing
-    ``spent`` (None: each slice priced alone, as before budgets were shared)."""
+    """Each slice checked, applied and admitted as ``collab.updates.sliced_apply`` does, all
+    sharing ``spent`` (None: each slice priced alone, as before budgets were shared)."""
     doc, guard = admitted(case[0])
     pieces = in_slices(scan_merged(case[1])[0], structs, SLICE_BYTES)
     assert pieces is not None and len(pieces) > 1

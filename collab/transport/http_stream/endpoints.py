@@ -43,7 +43,7 @@ from ...auth.tokens import AuthError, Grant
 from ...config import Settings
 from ...hooks import ConnectionInfo
 from ...http.numbers import parse_counter
-from ...runtime.metrics import Metrics, label_value
+from ...runtime.sync_metrics import Metrics, label_value
 from .http_session import HttpSession
 from .replay_buffer import ResumeGap
 from .sessions import HttpSessions, ServeSession, SessionRefused

@@ -23,7 +23,7 @@ from ...config import Settings
 from ...hooks import ConnectionInfo
 from ...runtime import gc_policy
 from ...runtime.limits import refuse
-from ...runtime.metrics import Metrics
+from ...runtime.sync_metrics import Metrics
 from ..address_limit import ConnectionsPerAddress
 from .http_session import ByteBudget, HttpSession
 

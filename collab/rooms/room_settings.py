@@ -21,7 +21,7 @@ from ..updates.guard import (
     UpdateGuard,
 )
 from .import_budget import ImportLimits
-from .presence import PresenceLimits
+from .room_presence import PresenceLimits
 
 if TYPE_CHECKING:
     from ..config import Settings

@@ -41,10 +41,10 @@ from tether.protocol.wire.sync_payloads import (
 )
 
 from ..runtime.limits import refuse
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..transport.outbox import Outbox
-from .peer import Peer
 from .presence_claims import ClaimRegistry, digest
+from .room_peer import Peer
 
 _ALLOWED, _ECHO, _REFUSED = object(), object(), object()
 

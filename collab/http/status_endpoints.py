@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ..connection.server_context import ServerContext
-from ..runtime.metrics import Metrics
+from ..runtime.sync_metrics import Metrics
 from ..version import VERSION
 
 
