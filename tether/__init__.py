@@ -21,7 +21,7 @@ if not (_HERE / "collab").is_dir() and (_HERE.parent / "collab" / "__init__.py")
 from tether.collab.auth.tokens import AuthError, Grant  # noqa: E402
 from tether.collab.config import Settings  # noqa: E402
 from tether.collab.content.reading import Content, read_content  # noqa: E402
-from tether.collab.hooks import AuthRequest, ConnectionInfo, Extension  # noqa: E402
+from tether.collab.hooks import AuthRequest, ConnectionInfo, Extension, UnknownHook  # noqa: E402
 from tether.collab.rooms.direct import DirectConnection, DocumentClosed  # noqa: E402
 from tether.collab.rooms.room import Room  # noqa: E402
 from tether.collab.server import NotStarted, TetherServer, create_app  # noqa: E402
@@ -43,6 +43,7 @@ __all__ = [
     "StorageError",
     "Store",
     "TetherServer",
+    "UnknownHook",
     "__version__",
     "create_app",
     "read_content",

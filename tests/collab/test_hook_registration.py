@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tether import Extension, Settings, TetherServer
-from tether.collab.hooks import HOOKS, Hooks, UnknownHook
+from tether import Extension, Settings, TetherServer, UnknownHook
+from tether.collab.hooks import HOOKS, Hooks
 
 
 class Misspelled:
