@@ -208,6 +208,27 @@ async def test_delete_needs_a_read_write_token_for_that_document(
     assert (await api.request("GET", "/api/documents/kept?format=text")).text == "k"
 
 
+async def test_a_bare_token_is_taken_as_tiptap_cloud_scripts_send_it_and_other_schemes_are_not(
+    server: ServerProcess, api: Checked
+) -> None:
+    await api.request("PUT", "/api/documents/bare", content=update_with_text("b"), headers=OCTETS)
+    token = server.token(["bare"], scope="readonly")
+    bare = await api.request(
+        "GET", "/api/documents/bare?format=text", headers={"Authorization": token}
+    )
+    assert bare.status_code == 200 and bare.text == "b"
+    wrote = await api.request(
+        "PUT",
+        "/api/documents/bare",
+        content=b"x",
+        headers={"Authorization": token, "Content-Type": "text/plain"},
+    )
+    assert wrote.status_code == 403  # the bare token is the same readonly grant
+    basic = {"Authorization": f"Basic {token}"}
+    assert (await api.request("GET", "/api/documents/bare", headers=basic)).status_code == 401
+    assert (await api.request("GET", "/api/documents/bare?format=text")).text == "b"
+
+
 # ---- import ----------------------------------------------------------------------------------
 
 

@@ -26,9 +26,13 @@ class RequestAuth:
         self._context = context
 
     async def bearer_grant(self, request: Request, document: str | None) -> Grant | None:
-        """The grant of the request's bearer token (hooks first), or None: answer 401."""
-        header = request.headers.get("authorization", "")
-        token = header[7:] if header.lower().startswith("bearer ") else ""
+        """The grant of the request's token, ``Bearer <token>`` or the bare token (hooks first), or
+        None: answer 401."""
+        header = request.headers.get("authorization", "").strip()
+        if header.lower().startswith("bearer "):
+            token = header[7:].strip()
+        else:  # the bare token, as scripts written for Tiptap Cloud send it; never "Basic ..."
+            token = header if " " not in header else ""
         try:
             return await authenticate(self._context(), token, document, _info(request), check=False)
         except AuthError:
