@@ -12,12 +12,11 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import anyio
-import httpx
 import pytest
 from pycrdt import Doc, Map, Text
 
 from tests.metrics_scrape import metric_value, metrics_text
-from tests.serverproc import ServerProcess
+from tests.serverproc import ServerProcess, rest_text
 from tether.client import DocumentHandle, PermissionDeniedError, TetherClient, WriteRefusedError
 
 pytestmark = pytest.mark.anyio
@@ -46,19 +45,6 @@ async def client(
     token = server.token(names)
     async with TetherClient(server.ws_url, token=token, transport=transport) as opened:  # type: ignore[arg-type]
         yield opened
-
-
-async def rest_text(server: ServerProcess, name: str) -> str:
-    """What another user reads over REST ('' for a document never stored)."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(
-            f"{server.http_url}/api/documents/{name}",
-            headers={"Authorization": f"Bearer {server.token([name], subject='carol')}"},
-        )
-    if response.status_code == 404:
-        return ""
-    response.raise_for_status()
-    return str(response.json()["text"])
 
 
 async def guard_refusals(server: ServerProcess) -> float:

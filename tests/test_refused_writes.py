@@ -10,11 +10,10 @@ import uuid
 from collections.abc import AsyncIterator
 
 import anyio
-import httpx
 import pytest
 from pycrdt import Doc, Text
 
-from tests.serverproc import ServerProcess
+from tests.serverproc import ServerProcess, rest_text
 from tether.client import DocumentHandle, TetherClient, WriteRefusedError
 
 pytestmark = pytest.mark.anyio
@@ -24,19 +23,6 @@ TRANSPORTS = ["ws", "http"]
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
-
-
-async def rest_text(server: ServerProcess, name: str) -> str:
-    """What another user reads over REST ('' for a document never stored)."""
-    async with httpx.AsyncClient() as http:
-        response = await http.get(
-            f"{server.http_url}/api/documents/{name}",
-            headers={"Authorization": f"Bearer {server.token([name], subject='carol')}"},
-        )
-    if response.status_code == 404:
-        return ""
-    response.raise_for_status()
-    return str(response.json()["text"])
 
 
 @contextlib.asynccontextmanager
